@@ -1,0 +1,33 @@
+"""The `dpobs` command. Each subcommand lives in its own module and is imported lazily,
+so `dpobs dashboards` does not pay for torch and `dpobs demo` does not need grafana."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# subcommand -> (module, one-line help). Each module has add_arguments(parser) and run(args).
+COMMANDS = {
+    "demo": ("dpobs_otel.demo", "run the demo workload against the embedded data plane"),
+    "dashboards": ("dpobs_otel.dashboards", "write the Grafana dashboards as JSON"),
+    "kubernetes": ("dpobs_otel.kubernetes", "write the PodMonitor and PrometheusRule manifests"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="dpobs", description="data-plane observability")
+    subs = parser.add_subparsers(dest="command", required=True)
+    argv = sys.argv[1:] if argv is None else argv
+    wanted = argv[0] if argv else None
+    for name, (module, helptext) in COMMANDS.items():
+        sub = subs.add_parser(name, help=helptext)
+        if name == wanted:  # import only the module that will run
+            mod = importlib.import_module(module)
+            mod.add_arguments(sub)
+            sub.set_defaults(_run=mod.run)
+    args = parser.parse_args(argv)
+    return int(args._run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
