@@ -1,0 +1,121 @@
+"""Panel and variable factories for the dpobs dashboards.
+
+Each factory takes what differs between panels (title, how to read it, unit, queries) and
+applies what must not differ: the `${datasource}` variable on the panel and on every target,
+a legend, and a stable refId per query. dashboards.py only composes them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from grafana_foundation_sdk.builders import common as cb
+from grafana_foundation_sdk.builders import dashboard, heatmap, prometheus, stat, timeseries
+from grafana_foundation_sdk.models import common
+from grafana_foundation_sdk.models import dashboard as dm
+from grafana_foundation_sdk.models import prometheus as pm
+from grafana_foundation_sdk.models.heatmap import HeatmapColorMode
+
+DATASOURCE = common.DataSourceRef(type_val="prometheus", uid="${datasource}")
+
+# Grafana units. Rates of a seconds counter are seconds per second (how many processes'
+# worth of wall clock went there), which Grafana has no built-in unit for.
+SECONDS_PER_SECOND = "suffix: s/s"
+
+
+@dataclass(frozen=True)
+class Query:
+    expr: str
+    legend: str
+
+
+def _targets(queries: tuple[Query, ...], fmt: pm.PromQueryFormat | None = None) -> list:
+    out = []
+    for ref, q in zip("ABCDEFGH", queries, strict=False):
+        t = prometheus.Dataquery().expr(q.expr).legend_format(q.legend).ref_id(ref)
+        t = t.datasource(DATASOURCE).range()
+        out.append(t.format(fmt) if fmt else t)
+    return out
+
+
+def _base(panel, title: str, description: str, unit: str, queries: tuple[Query, ...],
+          width: int, height: int):
+    assert queries, f"panel {title!r} has no query"
+    return (panel.title(title).description(description).unit(unit).datasource(DATASOURCE)
+            .span(width).height(height))
+
+
+def _legend(table: bool = True) -> cb.VizLegendOptions:
+    mode = common.LegendDisplayMode.TABLE if table else common.LegendDisplayMode.LIST
+    legend = cb.VizLegendOptions().show_legend(True).display_mode(mode)
+    legend = legend.placement(common.LegendPlacement.BOTTOM)
+    return legend.calcs(["mean", "max", "lastNotNull"]) if table else legend
+
+
+def thresholds(*steps: tuple[float | None, str]) -> dashboard.ThresholdsConfig:
+    """Absolute thresholds; the first step's value must be None (the base color)."""
+    return dashboard.ThresholdsConfig().mode(dm.ThresholdsMode.ABSOLUTE).steps(
+        [dm.Threshold(value=v, color=c) for v, c in steps])
+
+
+def timeseries_panel(title: str, description: str, unit: str, *queries: Query,
+                     stacked: bool = False, width: int = 12, height: int = 8,
+                     log_scale: bool = False, max_value: float | None = None):
+    panel = _base(timeseries.Panel(), title, description, unit, queries, width, height)
+    panel = panel.targets(_targets(queries)).legend(_legend()).fill_opacity(
+        40 if stacked else 10)
+    if stacked:
+        panel = panel.stacking(cb.StackingConfig().mode(common.StackingMode.NORMAL))
+    if log_scale:  # latencies span decades; a log axis keeps p50 and p99 both readable
+        panel = panel.scale_distribution(
+            cb.ScaleDistributionConfig().type(common.ScaleDistribution.LOG).log(10))
+    else:
+        panel = panel.min(0)
+    return panel.max(max_value) if max_value is not None else panel
+
+
+def stat_panel(title: str, description: str, unit: str, *queries: Query,
+               steps: dashboard.ThresholdsConfig | None = None, color: str | None = None,
+               no_value: str | None = None, width: int = 6, height: int = 6):
+    """A current value with its sparkline. `color` fixes one color (the red mismatch
+    count must never turn a reassuring green); otherwise `steps` colors by value."""
+    panel = _base(stat.Panel(), title, description, unit, queries, width, height)
+    panel = panel.targets(_targets(queries)).graph_mode(common.BigValueGraphMode.AREA)
+    panel = panel.reduce_options(cb.ReduceDataOptions().calcs(["lastNotNull"]).values(False))
+    if color:
+        panel = panel.color_scheme(dashboard.FieldColor().mode(dm.FieldColorModeId.FIXED)
+                                   .fixed_color(color))
+    elif steps:
+        panel = panel.thresholds(steps).color_scheme(
+            dashboard.FieldColor().mode(dm.FieldColorModeId.THRESHOLDS))
+    return panel.no_value(no_value) if no_value else panel
+
+
+def heatmap_panel(title: str, description: str, unit: str, query: Query,
+                  width: int = 12, height: int = 8):
+    """Buckets as Grafana computes them from `le` (the query must sum by le)."""
+    queries = (query,)
+    panel = _base(heatmap.Panel(), title, description, unit, queries, width, height)
+    return (panel.targets(_targets(queries, pm.PromQueryFormat.HEATMAP)).calculate(False)
+            .y_axis(heatmap.YAxisConfig().unit(unit))
+            .rows_frame(heatmap.RowsHeatmapOptions().layout(common.HeatmapCellLayout.LE))
+            .color(heatmap.HeatmapColorOptions().mode(HeatmapColorMode.SCHEME).scheme("Oranges")
+                   .exponent(0.5).steps(64))
+            .show_legend())
+
+
+def row(title: str) -> dashboard.Row:
+    return dashboard.Row(title)
+
+
+def datasource_variable() -> dashboard.DatasourceVariable:
+    return dashboard.DatasourceVariable("datasource").label("Data source").type("prometheus")
+
+
+def label_variable(name: str, query: str, label: str) -> dashboard.QueryVariable:
+    """A multi-select over a label's values, "All" matching everything (regex .*)."""
+    return (dashboard.QueryVariable(name).label(label).datasource(DATASOURCE)
+            .query({"query": query, "refId": f"{name}-values"}).definition(query)
+            .refresh(dm.VariableRefresh.ON_TIME_RANGE_CHANGED).sort(
+                dm.VariableSort.ALPHABETICAL_ASC)
+            .multi(True).include_all(True).all_value(".*")
+            .current(dm.VariableOption(selected=True, text=["All"], value=["$__all"])))
