@@ -1,0 +1,234 @@
+"""The instrumented data-plane client: the protocol's ops measured, everything else passed
+through. Inner exceptions propagate untouched; dpobs's own failures are swallowed and counted."""
+from __future__ import annotations
+
+from time import perf_counter
+
+from .sizing import encoded_size, payload_nbytes
+from .stats import Occupancy
+
+
+class InstrumentedClient:
+    def __init__(self, inner, tel):
+        self._inner = inner
+        self._tel = tel
+        self._stats = tel.stats
+        self._guard = tel.guard
+        self._record = tel.op_duration.record
+        self._attrs = tel.op_attrs
+        self._occ = Occupancy()
+        self._rows_since_reconcile = 0
+        self._reconcile_rows = tel.settings.reconcile_rows
+        with self._stats.lock:
+            self._stats.occupancies.append(self._occ)
+
+    def __getattr__(self, name):  # everything outside the protocol, untouched
+        return getattr(self._inner, name)
+
+    def __repr__(self) -> str:
+        return f"InstrumentedClient({self._inner!r})"
+
+    @property
+    def inner(self):
+        return self._inner
+
+    # -- the protocol -----------------------------------------------------------------
+    def put_samples(self, sample_ids, partition_id, fields=None, tags=None, **kwargs):
+        t0 = perf_counter()
+        stored = fields
+        if self._guard is not None and fields is not None:
+            stored = self._guarded(self._guard.before_put, fields, sample_ids, partition_id,
+                                   fields)
+        t1 = perf_counter()
+        try:
+            result = self._inner.put_samples(sample_ids, partition_id, stored, tags, **kwargs)
+        except BaseException as exc:
+            self._failed("put", exc, perf_counter() - t1)
+            raise
+        t2 = perf_counter()
+        try:
+            n = len(sample_ids)
+            nbytes = payload_nbytes(fields) + (encoded_size(tags) if tags else 0)
+            self._done("put", t2 - t1, n, write=nbytes, occupy=(partition_id, sample_ids),
+                       overhead=t1 - t0 if self._guard is None else 0.0, t_end=t2)
+            self._rows_since_reconcile += n
+            if self._rows_since_reconcile >= self._reconcile_rows:
+                self._reconcile()
+        except Exception as exc:
+            self._tel.internal_error("client", exc)
+        return result
+
+    def get_samples(self, sample_ids, partition_id, select_fields=None, **kwargs):
+        return self._read("get", self._inner.get_samples, sample_ids, partition_id,
+                          select_fields, kwargs)
+
+    def get_data(self, *args, **kwargs):
+        # The reference store's get_data reads like get_samples; other clients' forms are
+        # measured generically.
+        if len(args) >= 2 and isinstance(args[0], list) and isinstance(args[1], str):
+            select = args[2] if len(args) > 2 else kwargs.pop("select_fields", None)
+            return self._read("get_data", self._inner.get_data, args[0], args[1], select,
+                              kwargs)
+        return self._call("get_data", self._inner.get_data, args, kwargs, read_result=True)
+
+    def clear_samples(self, sample_ids, partition_id, **kwargs):
+        t1 = perf_counter()
+        try:
+            result = self._inner.clear_samples(sample_ids, partition_id, **kwargs)
+        except BaseException as exc:
+            self._failed("clear", exc, perf_counter() - t1)
+            raise
+        t2 = perf_counter()
+        try:
+            with self._stats.lock:
+                live = self._occ.keys.get(partition_id, ())
+                n = len(sample_ids) if sample_ids is not None else len(live)
+                self._occ.release(partition_id, sample_ids)
+            self._done("clear", t2 - t1, n, t_end=t2)
+            if self._guard is not None:
+                self._guarded(self._guard.after_clear, None, sample_ids, partition_id)
+        except Exception as exc:
+            self._tel.internal_error("client", exc)
+        return result
+
+    def list_sample_ids(self, partition_id, *args, **kwargs):
+        return self._call("list", self._inner.list_sample_ids, (partition_id, *args), kwargs)
+
+    def register_partition(self, *args, **kwargs):
+        return self._call("register", self._inner.register_partition, args, kwargs)
+
+    def claim_meta(self, *args, **kwargs):
+        return self._call("claim_meta", self._inner.claim_meta, args, kwargs)
+
+    # -- measurement ------------------------------------------------------------------
+    def _read(self, op, fn, sample_ids, partition_id, select_fields, kwargs):
+        t0 = perf_counter()
+        guard = self._guard
+        select, with_digests = select_fields, False
+        if guard is not None:
+            select = self._guarded(guard.before_get, select_fields, select_fields)
+            with_digests = select != select_fields
+        t1 = perf_counter()
+        try:
+            try:
+                result = fn(sample_ids, partition_id, select, **kwargs)
+            except KeyError:
+                if not with_digests:
+                    raise
+                # Some rows carry no digest (written without the guard): read what the
+                # caller asked for; the guard counts those rows unverified.
+                with_digests = False
+                result = fn(sample_ids, partition_id, select_fields, **kwargs)
+        except BaseException as exc:
+            self._failed(op, exc, perf_counter() - t1)
+            raise
+        t2 = perf_counter()
+        if guard is not None:
+            result = self._guarded(guard.after_get, None, sample_ids, partition_id, result,
+                                   select_fields, with_digests, on_fail=self._strip)
+        t3 = perf_counter()
+        try:
+            n = len(sample_ids)
+            got = len(result) if result.batch_dims else n
+            self._done(op, t2 - t1, n, read=payload_nbytes(result), missing=max(n - got, 0),
+                       overhead=t1 - t0 if guard is None else 0.0, t_end=t3)
+        except Exception as exc:
+            self._tel.internal_error("client", exc)
+        return result
+
+    def _call(self, op, fn, args, kwargs, read_result=False):
+        t1 = perf_counter()
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException as exc:
+            self._failed(op, exc, perf_counter() - t1)
+            raise
+        t2 = perf_counter()
+        try:
+            read = payload_nbytes(result) if read_result and hasattr(result, "items") else 0
+            keys = len(result) if isinstance(result, (list, tuple, set, dict)) else 0
+            self._done(op, t2 - t1, keys, read=read, t_end=t2)
+        except Exception as exc:
+            self._tel.internal_error("client", exc)
+        return result
+
+    def _done(self, op, dt, keys, read=0, write=0, missing=0, occupy=None, overhead=0.0,
+              t_end=0.0):
+        self._record(dt, self._attrs.get(op) or {"op": op})
+        st = self._stats
+        with st.lock:
+            s = st.op(op)
+            s.calls += 1
+            s.seconds += dt
+            s.keys += keys
+            s.read_bytes += read
+            s.write_bytes += write
+            s.missing += missing
+            if dt > s.window_max:
+                s.window_max = dt
+            if occupy is not None:
+                self._occ.add(occupy[0], occupy[1], write)
+            # Our own time: everything after the inner call returned (the lock block itself,
+            # a fraction of a microsecond, is the part not counted).
+            t = st.instr_seconds
+            t["client"] = t.get("client", 0.0) + overhead + (perf_counter() - t_end)
+
+    def _failed(self, op, exc, dt):
+        try:
+            self._record(dt, self._attrs.get(op) or {"op": op})
+            key = (op, type(exc).__name__)
+            st = self._stats
+            with st.lock:
+                s = st.op(op)
+                s.calls += 1
+                s.seconds += dt
+                s.errors += 1
+                if dt > s.window_max:
+                    s.window_max = dt
+                st.errors[key] = st.errors.get(key, 0) + 1
+        except Exception as internal:
+            self._tel.internal_error("client", internal)
+
+    def _guarded(self, fn, fallback, *args, on_fail=None):
+        """Run a guard hook, billing its time to component=guard; never raises."""
+        t = perf_counter()
+        try:
+            return fn(*args)
+        except Exception as exc:
+            self._tel.internal_error("guard", exc)
+            if on_fail is not None:
+                return on_fail(args[2])
+            return fallback
+        finally:
+            self._stats.add_time("guard", perf_counter() - t)
+
+    def _strip(self, result):
+        try:
+            drop = [k for k in result.keys() if self._guard.is_digest_field(k)]
+            return result.exclude(*drop) if drop else result
+        except Exception as exc:
+            self._tel.internal_error("guard", exc)
+            return result
+
+    def _reconcile(self) -> None:
+        """Drop keys another process cleared: diff what we hold against the store's listing."""
+        t = perf_counter()
+        self._rows_since_reconcile = 0
+        try:
+            with self._stats.lock:
+                partitions = list(self._occ.keys)
+            for pid in partitions:
+                try:
+                    live = set(self._inner.list_sample_ids(pid))
+                except KeyError:
+                    live = set()  # the partition itself is gone
+                except Exception as exc:
+                    self._tel.internal_error("reconcile", exc)  # skipped; next window retries
+                    continue
+                with self._stats.lock:
+                    stale = self._occ.keys.get(pid, set()) - live
+                    self._occ.release(pid, stale)
+                if stale and self._guard is not None:
+                    self._guarded(self._guard.after_clear, None, list(stale), pid)
+        finally:
+            self._stats.add_time("reconcile", perf_counter() - t)

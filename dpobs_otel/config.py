@@ -1,0 +1,82 @@
+"""start()'s settings: an explicit argument wins, then a DPOBS_* environment variable, then
+the default. A launcher can therefore turn dpobs on (or the guard) without code changes."""
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, fields
+
+
+def _bool(text: str) -> bool:
+    v = text.strip().lower()
+    if v in ("1", "true", "yes", "on"):
+        return True
+    if v in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"not a boolean: {text!r}")
+
+
+@dataclass(frozen=True)
+class Settings:
+    role: str = "trainer"
+    rank: int = 0
+    job: str = "dpobs"
+    host: str = "127.0.0.1"  # loopback unless told otherwise
+    port: int = 0  # 0: any free port
+    sd_dir: str | None = None
+    verify_tensor_hash: bool = False
+    advertise_host: str | None = None  # the host written into file_sd, when host is a wildcard
+    tls_certfile: str | None = None
+    tls_keyfile: str | None = None
+    tls_client_cafile: str | None = None  # when set, clients must present a certificate
+    reconcile_rows: int = 16384  # rows put between occupancy reconciliations
+
+    @classmethod
+    def resolve(cls, env=os.environ, **given) -> "Settings":
+        known = {f.name for f in fields(cls)}
+        unknown = set(given) - known
+        if unknown:
+            raise TypeError(f"unknown dpobs setting(s): {', '.join(sorted(unknown))}")
+        values = {}
+        for f in fields(cls):
+            raw = given.get(f.name)
+            if raw is None:
+                raw = env.get("DPOBS_" + f.name.upper())
+                if raw is None and f.name == "job":
+                    raw = env.get("OTEL_SERVICE_NAME")  # the OTel service is the Prometheus job
+                if raw is None:
+                    continue
+                raw = _parse(f.name, f.type, raw)
+            values[f.name] = raw
+        s = cls(**values)
+        s.validate()
+        return s
+
+    def validate(self) -> None:
+        if not isinstance(self.role, str) or not self.role:
+            raise ValueError("role must be a non-empty string")
+        if not 0 <= int(self.port) <= 65535:
+            raise ValueError(f"port must be 0..65535, got {self.port}")
+        if (self.tls_certfile is None) != (self.tls_keyfile is None):
+            raise ValueError("TLS needs both tls_certfile and tls_keyfile")
+        if self.tls_client_cafile and not self.tls_certfile:
+            raise ValueError("tls_client_cafile (mutual TLS) needs tls_certfile and tls_keyfile")
+
+    @property
+    def target_host(self) -> str:
+        if self.advertise_host:
+            return self.advertise_host
+        if self.host in ("0.0.0.0", "::", ""):
+            return socket.gethostname()
+        return self.host
+
+
+def _parse(name: str, typ, raw: str):
+    try:
+        if "bool" in str(typ):
+            return _bool(raw)
+        if "int" in str(typ):
+            return int(raw)
+        return raw
+    except ValueError as exc:
+        raise ValueError(f"DPOBS_{name.upper()}={raw!r}: {exc}") from None

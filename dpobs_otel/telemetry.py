@@ -1,0 +1,239 @@
+"""One Telemetry per process: its own MeterProvider, Views, Prometheus registry and endpoint."""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+
+from opentelemetry.exporter.prometheus import PrometheusMetricReader
+from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, MeterProvider
+from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
+from opentelemetry.sdk.resources import Resource
+from prometheus_client import CollectorRegistry
+
+from . import names
+from .config import Settings
+from .endpoint import MetricsEndpoint
+from .filesd import FileSDTarget
+from .stats import Stats
+from .stepmetrics import StepMetrics
+
+log = logging.getLogger("dpobs_otel")
+__version__ = "0.1.0"
+
+
+def _views() -> list[View]:
+    def hist(name, bounds):
+        return View(instrument_name=name,
+                    aggregation=ExplicitBucketHistogramAggregation(boundaries=bounds))
+    return [hist(names.OP_DURATION, names.OP_BUCKETS),
+            hist(names.CODEC_DURATION, names.OP_BUCKETS),
+            hist(names.STEP_DURATION, names.STEP_BUCKETS)]
+
+
+class Telemetry:
+    def __init__(self, settings: Settings):
+        self.settings = s = settings
+        self.stats = Stats()
+        self._logged: set[str] = set()
+        self.registry = CollectorRegistry(auto_describe=True)
+        # scope labels would ride on every series without telling anyone anything.
+        self._reader = PrometheusMetricReader(registry=self.registry, scope_info_enabled=False)
+        resource = Resource.create({"service.name": s.job, "dpobs.role": s.role,
+                                    "dpobs.rank": str(s.rank)})
+        self._provider = MeterProvider(metric_readers=[self._reader], views=_views(),
+                                       resource=resource,
+                                       exemplar_filter=AlwaysOffExemplarFilter())
+        self.meter = meter = self._provider.get_meter("dpobs_otel", __version__)
+        self._create_instruments(meter)
+        self._step_metrics = StepMetrics(self.stats)
+        self.guard = None
+        if s.verify_tensor_hash:
+            from .guard import WireGuard  # off by default: no digest code runs without it
+            self.guard = WireGuard(meter, self.internal_error)
+        self._endpoint = MetricsEndpoint(self.registry, s.host, s.port, certfile=s.tls_certfile,
+                                         keyfile=s.tls_keyfile,
+                                         client_cafile=s.tls_client_cafile)
+        self._sd = None
+        if s.sd_dir:
+            try:
+                self._sd = FileSDTarget(
+                    s.sd_dir, f"{s.target_host}:{self._endpoint.port}",
+                    {"job": s.job, "role": s.role, "rank": s.rank},
+                    name=f"dpobs-{s.job}-{s.role}-{s.rank}-{os.getpid()}")
+            except BaseException:
+                self._endpoint.close()
+                raise
+        self._closed = False
+
+    # -- instruments ------------------------------------------------------------------
+    def _create_instruments(self, meter) -> None:
+        self.op_duration = meter.create_histogram(
+            names.OP_DURATION, unit="s", description="Data-plane operation time, failures included")
+        self.step_duration = meter.create_histogram(
+            names.STEP_DURATION, unit="s", description="Training step time")
+        self.codec_duration = meter.create_histogram(
+            names.CODEC_DURATION, unit="s", description="Codec work outside the client")
+        observed = [
+            (meter.create_observable_counter, names.OP_ERRORS, "{error}", self._obs_errors,
+             "Failed data-plane operations, by exception class"),
+            (meter.create_observable_counter, names.TRANSFERRED, "By", self._obs_bytes,
+             "Payload bytes moved, by direction"),
+            (meter.create_observable_counter, names.KEYS, "{key}", self._obs_keys,
+             "Sample ids named by operations"),
+            (meter.create_observable_counter, names.ROWS_MISSING, "{row}", self._obs_missing,
+             "Rows a read asked for and did not get back"),
+            (meter.create_observable_up_down_counter, names.OUTSTANDING_SIZE, "By",
+             self._obs_out_size, "Payload bytes put and not yet cleared"),
+            (meter.create_observable_up_down_counter, names.OUTSTANDING_KEYS, "{key}",
+             self._obs_out_keys, "Keys put and not yet cleared"),
+            (meter.create_observable_counter, names.INSTR_TIME, "s", self._obs_instr_time,
+             "Time spent by dpobs itself, by component"),
+            (meter.create_observable_counter, names.INSTR_ERRORS, "{error}",
+             self._obs_instr_errors, "Internal errors dpobs swallowed, by component"),
+        ]
+        for create, name, unit, cb, desc in observed:
+            create(name, callbacks=[self._safe(cb, name)], unit=unit, description=desc)
+        self.op_attrs = {op: {"op": op} for op in names.OPS.values()}
+
+    def _safe(self, callback, name):
+        def run(options: CallbackOptions):
+            try:
+                return callback()
+            except Exception as exc:  # a broken callback must not break the scrape
+                self.internal_error("export", exc)
+                return []
+        run.__name__ = f"observe_{name}"
+        return run
+
+    def _obs_errors(self):
+        with self.stats.lock:
+            return [Observation(n, {"op": op, "error_type": et})
+                    for (op, et), n in self.stats.errors.items()]
+
+    def _obs_bytes(self):
+        out = []
+        with self.stats.lock:
+            for op, s in self.stats.ops.items():
+                if op in names.READ_OPS:
+                    out.append(Observation(s.read_bytes, {"op": op, "direction": "read"}))
+                elif op == "put":
+                    out.append(Observation(s.write_bytes, {"op": op, "direction": "write"}))
+        return out
+
+    def _obs_keys(self):
+        with self.stats.lock:
+            return [Observation(s.keys, {"op": op}) for op, s in self.stats.ops.items()]
+
+    def _obs_missing(self):
+        with self.stats.lock:
+            return [Observation(s.missing, {"op": op}) for op, s in self.stats.ops.items()
+                    if op in names.READ_OPS]
+
+    def _obs_out_size(self):
+        return [Observation(round(self.stats.outstanding()[0]))]
+
+    def _obs_out_keys(self):
+        return [Observation(self.stats.outstanding()[1])]
+
+    def _obs_instr_time(self):
+        with self.stats.lock:
+            return [Observation(v, {"component": c}) for c, v in self.stats.instr_seconds.items()]
+
+    def _obs_instr_errors(self):
+        with self.stats.lock:
+            return [Observation(v, {"component": c}) for c, v in self.stats.instr_errors.items()]
+
+    # -- public API -------------------------------------------------------------------
+    @property
+    def endpoint(self) -> str:
+        return self._endpoint.endpoint
+
+    @property
+    def url(self) -> str:
+        return f"{self._endpoint.scheme}://{self.endpoint}/metrics"
+
+    def instrument(self, inner):
+        from .client import InstrumentedClient
+        return InstrumentedClient(inner, self)
+
+    @contextlib.contextmanager
+    def step(self):
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            dt = time.perf_counter() - t0
+            try:
+                self.step_duration.record(dt)
+                with self.stats.lock:
+                    self.stats.step_seconds += dt
+                    self.stats.steps += 1
+            except Exception as exc:
+                self.internal_error("step", exc)
+
+    @contextlib.contextmanager
+    def codec(self, stage: str):
+        if stage not in names.CODEC_STAGES:
+            raise ValueError(f"codec stage must be one of {names.CODEC_STAGES}, got {stage!r}")
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            dt = time.perf_counter() - t0
+            try:
+                self.codec_duration.record(dt, {"stage": stage})
+                with self.stats.lock:
+                    cs = self.stats.codec_seconds
+                    cs[stage] = cs.get(stage, 0.0) + dt
+            except Exception as exc:
+                self.internal_error("codec", exc)
+
+    def step_metrics(self) -> dict[str, float]:
+        try:
+            return self._step_metrics.collect()
+        except Exception as exc:
+            self.internal_error("step_metrics", exc)
+            return {}
+
+    def internal_error(self, component: str, exc: BaseException) -> None:
+        """Count and log (once per component) an error of dpobs itself; never raises."""
+        try:
+            with self.stats.lock:
+                ie = self.stats.instr_errors
+                ie[component] = ie.get(component, 0) + 1
+            if component not in self._logged:
+                self._logged.add(component)
+                log.warning("dpobs: internal error in %s, swallowed and counted in "
+                            "dpobs_instrumentation_errors_total (logged once): %r",
+                            component, exc, exc_info=exc)
+        except Exception:  # pragma: no cover - the last line of defence
+            pass
+
+    def shutdown(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._sd is not None:
+            self._sd.remove()
+        self._endpoint.close()
+        self._provider.shutdown()  # also unregisters the reader's collector
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.shutdown()
+
+
+def start(role: str | None = None, rank: int | None = None, *, job: str | None = None,
+          host: str | None = None, port: int | None = None, sd_dir: str | None = None,
+          verify_tensor_hash: bool | None = None, **more) -> Telemetry:
+    """Start dpobs in this process. Arguments left unset come from DPOBS_<NAME> environment
+    variables, then defaults; extra keywords: advertise_host, tls_certfile, tls_keyfile,
+    tls_client_cafile, reconcile_rows."""
+    settings = Settings.resolve(role=role, rank=rank, job=job, host=host, port=port,
+                                sd_dir=sd_dir, verify_tensor_hash=verify_tensor_hash, **more)
+    return Telemetry(settings)
