@@ -107,7 +107,8 @@ def _volume_panels() -> list:
         "bytes", Query(f"job:dpobs_client_outstanding_size_bytes:sum{JOB}", "{{job}}"))
     errors = timeseries_panel(
         "Error ratio by op",
-        "Failed calls / all calls over 5m. Zero with no operations shows as no data. "
+        "Failed calls / all calls over 5m: 0 when every call succeeded, no data when the "
+        "op made no calls. "
         "Alerts fire at 1% and 5% (DpobsOperationErrors).",
         "percentunit",
         Query(f"job_op:dpobs_client_operation_errors_per_operations:ratio_rate5m{JOB}",
@@ -140,9 +141,15 @@ def _guard_stat(title: str, description: str, query: Query, **kw):
                       query, no_value="not checked", **kw)
 
 
+def _counted(series: str) -> str:
+    """Increase over the interval, counting a series born inside it in full: OpenTelemetry
+    creates a counter series at its first increment, which increase() alone never sees
+    (the guard recording rules do the same over 5m)."""
+    s = f"{series}{JOB}"
+    return f"sum by (job) (({s} unless {s} offset $__rate_interval) or increase({s}{RI}))"
+
+
 def _guard_panels() -> list:
-    def raw(series: str) -> str:
-        return f"sum by (job) (increase({series}{JOB}{RI}))"
     return [
         _guard_stat("Guard: rows checked (5m)",
                     "Rows whose hash was verified on read.",
@@ -150,11 +157,11 @@ def _guard_panels() -> list:
         _guard_stat("Guard: rows unverified",
                     "Rows read with the guard on but no recorded hash to compare "
                     "(written before the guard, or by an unguarded process).",
-                    Query(raw("dpobs_guard_rows_unverified_total"), "{{job}}")),
+                    Query(_counted("dpobs_guard_rows_unverified_total"), "{{job}}")),
         _guard_stat("Guard: fields skipped",
                     "Fields (not rows) the guard could not hash, by count over the "
                     "interval; see the reason label in Explore.",
-                    Query(raw("dpobs_guard_fields_skipped_total"), "{{job}}")),
+                    Query(_counted("dpobs_guard_fields_skipped_total"), "{{job}}")),
         _guard_stat("Guard: rows mismatched (5m)",
                     "Rows whose bytes differ from what was written: corruption or "
                     "mis-sharding (DpobsWireHashMismatch). Zero only means clean if rows "
@@ -215,8 +222,9 @@ def process() -> dashboard.Dashboard:
                   f"(rate(dpobs_client_transferred_bytes_total{PROC}{RI}))",
                   who + " {{op}} {{direction}}")),
         timeseries_panel(
-            "Outstanding bytes", "Bytes this process wrote and has not cleared. Another "
-            "process usually clears them, so judge leaks on the overview's cluster sum.",
+            "Outstanding bytes", "Bytes this process put minus bytes it cleared. Another "
+            "process often clears them (then it goes negative there), so judge leaks on "
+            "the overview's cluster sum.",
             "bytes", Query(f"sum by (role, instance) (dpobs_client_outstanding_size_bytes{PROC})",
                            who)),
     ]

@@ -42,6 +42,7 @@ PINNED = {f"{h}_{s}" for h in _HISTOGRAMS for s in ("bucket", "sum", "count")} |
 _TOKEN = re.compile(r"""
     (?P<str>"(?:\\.|[^"\\])*"|'(?:\\.|[^'\\])*'|`[^`]*`)
   | (?P<range>\[[^\]]*\])
+  | (?P<duration>(?:\d+(?:ms|[smhdwy]))+)
   | (?P<num>\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)
   | (?P<ident>[A-Za-z_:][A-Za-z0-9_:]*)
   | (?P<op>=~|!~|!=|==|>=|<=|[-+*/%^<>=(){},])
@@ -84,8 +85,9 @@ def metric_names(expr: str) -> set[str]:
 
 def test_tokenizer_tells_metrics_from_functions_and_labels():
     expr = ('histogram_quantile(0.9, sum by (op, le) (rate(a_bucket{op="get", x=~"$v"}[1m])))'
-            ' / on (op) group_left b:c:rate5m and ignoring(le) sum without (op) (d)')
-    assert metric_names(expr) == {"a_bucket", "b:c:rate5m", "d"}
+            ' / on (op) group_left b:c:rate5m and ignoring(le) sum without (op) (d)'
+            ' unless e offset 1m30s')
+    assert metric_names(expr) == {"a_bucket", "b:c:rate5m", "d", "e"}
 
 
 # --- what the dashboards contain ---
@@ -163,8 +165,9 @@ def test_every_metric_is_pinned_or_recorded():
 def test_raw_series_use_rate_interval():
     # Recording rules carry the 5m window; raw series follow Grafana's resolution instead.
     for uid, title, t in all_targets():
-        windows = {text for kind, text in tokenize(t["expr"]) if kind == "range"}
-        assert windows <= {"[$__rate_interval]"}, f"{uid} / {title}: {windows}"
+        windows = set(re.findall(r"\[([^\]]*)\]|offset\s+([$\w]+)", t["expr"]))
+        windows = {w for pair in windows for w in pair if w}
+        assert windows <= {"$__rate_interval"}, f"{uid} / {title}: {windows}"
 
 
 # --- every expression parses in a real Prometheus ---
