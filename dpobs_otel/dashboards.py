@@ -184,6 +184,11 @@ def overview() -> dashboard.Dashboard:
     return _layout(d, sections)
 
 
+def _process_quantile(q: float) -> Query:
+    expr = f"sum by (instance, op, le) (rate({OP_SERIES}_bucket{PROC}{RI}))"
+    return Query(f"histogram_quantile({q}, {expr})", f"{{{{instance}}}} {{{{op}}}} p{q * 100:g}")
+
+
 def process() -> dashboard.Dashboard:
     d = _dashboard("dpobs-process", "dpobs: process drill-down",
                    "One process at a time: pick job, role and instance.")
@@ -208,10 +213,7 @@ def process() -> dashboard.Dashboard:
         timeseries_panel(
             "Latency by op: p50, p99 and mean", "Interpolated inside fixed buckets, so "
             "only as precise as the bucket; noisy when the process makes few calls.", "s",
-            Query(f"histogram_quantile(0.5, sum by (instance, op, le) "
-                  f"(rate({OP_SERIES}_bucket{PROC}{RI})))", "{{instance}} {{op}} p50"),
-            Query(f"histogram_quantile(0.99, sum by (instance, op, le) "
-                  f"(rate({OP_SERIES}_bucket{PROC}{RI})))", "{{instance}} {{op}} p99"),
+            _process_quantile(0.5), _process_quantile(0.99),
             Query(f"sum by (instance, op) (rate({OP_SERIES}_sum{PROC}{RI})) / "
                   f"sum by (instance, op) (rate({OP_SERIES}_count{PROC}{RI}))",
                   "{{instance}} {{op}} mean"), log_scale=True),
