@@ -5,5 +5,9 @@ RUN pip install --no-cache-dir torch==2.13.0 --index-url https://download.pytorc
 WORKDIR /src
 COPY . .
 RUN pip install --no-cache-dir .
+# file_sd files are written 0600 and Prometheus runs as nobody, so the demo runs as nobody
+# too; its sd dir seeds the fresh shared volume with that owner (compose starts it first).
+RUN mkdir -p /var/lib/dpobs/file_sd && chown 65534:65534 /var/lib/dpobs/file_sd
+USER 65534:65534
 ENTRYPOINT ["dpobs"]
 CMD ["demo"]

@@ -138,6 +138,14 @@ def test_prometheus_gets_its_config_rules_and_file_sd(compose, prometheus_config
             f"demo writes targets where Prometheus does not read them ({sd_dir})")
 
 
+def test_prometheus_can_read_what_demo_writes(compose):
+    # Target files are private (0600) to their writer and Prometheus runs as nobody.
+    assert re.search(r"^USER 65534(:65534)?$", (ROOT / "Dockerfile").read_text(), re.M)
+    prom = compose["services"]["prometheus"]
+    assert prom.get("user", "65534").split(":")[0] in ("65534", "nobody")
+    assert "demo" in prom["depends_on"], "the volume must be created from the demo's dir"
+
+
 def test_demo_targets_are_reachable(compose):
     demo = compose["services"]["demo"]
     assert flag(demo, "stack") == "off" and flag(demo, "host") == "0.0.0.0"
