@@ -1,0 +1,149 @@
+"""Prometheus rules, Alertmanager routing and the runbook, checked with the real promtool and
+amtool. Missing tools fail these tests rather than skip them: CI installs both."""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+RULES = ROOT / "deploy/prometheus/rules"
+RECORDING = RULES / "dpobs-recording.rules.yml"
+ALERTS = RULES / "dpobs-alerts.rules.yml"
+PROM_TESTS = sorted((ROOT / "deploy/prometheus/tests").glob("*.yml"))
+PROMETHEUS_YML = ROOT / "deploy/prometheus/prometheus.yml"
+ALERTMANAGER_YML = ROOT / "deploy/alertmanager/alertmanager.yml"
+RUNBOOK = ROOT / "docs/runbook.md"
+SEVERITIES = {"critical", "warning", "info"}
+
+
+def tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        pytest.fail(f"{name} is not on PATH; install Prometheus/Alertmanager (see .ci/run)")
+    return path
+
+
+def run(*cmd: str | Path) -> str:
+    proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=120)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"{' '.join(map(str, cmd))} failed:\n{out}"
+    return out
+
+
+def rules(path: Path) -> list[dict]:
+    return [r for g in yaml.safe_load(path.read_text())["groups"] for r in g["rules"]]
+
+
+def test_promtool_check_rules():
+    run(tool("promtool"), "check", "rules", RECORDING, ALERTS)
+
+
+def test_promtool_unit_tests():
+    assert PROM_TESTS, "no promtool tests under deploy/prometheus/tests"
+    out = run(tool("promtool"), "test", "rules", *PROM_TESTS)
+    assert "FAILED" not in out
+
+
+def test_unit_tests_cover_every_rule_and_alert():
+    """Every recording rule is asserted, every alert is shown firing and silent."""
+    asserted, firing, silent = set(), set(), set()
+    for f in PROM_TESTS:
+        for case in yaml.safe_load(f.read_text())["tests"]:
+            for t in case.get("promql_expr_test", []):
+                if t.get("exp_samples"):
+                    asserted.add(t["expr"].strip())
+            for t in case.get("alert_rule_test", []):
+                (firing if t.get("exp_alerts") else silent).add(t["alertname"])
+    records = {r["record"] for r in rules(RECORDING)}
+    alerts = {r["alert"] for r in rules(ALERTS)}
+    assert records - asserted == set()
+    assert alerts - firing == set()
+    assert alerts - silent == set()
+
+
+def test_prometheus_config_as_shipped():
+    run(tool("promtool"), "check", "config", PROMETHEUS_YML)
+
+
+def test_prometheus_config_loads_both_rule_files(tmp_path):
+    # The shipped paths are the container's; point them at the repository to load the rules.
+    cfg = yaml.safe_load(PROMETHEUS_YML.read_text())
+    assert cfg["rule_files"] == ["/etc/prometheus/rules/*.rules.yml"]
+    assert cfg["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"] == ["alertmanager:9093"]
+    (job,) = cfg["scrape_configs"]
+    assert job["job_name"] == "dpobs"
+    assert job["file_sd_configs"][0]["files"] == ["/etc/prometheus/file_sd/*.json"]
+    assert {"scrape_interval", "evaluation_interval"} <= cfg["global"].keys()
+    cfg["rule_files"] = [str(RULES / "*.rules.yml")]
+    local = tmp_path / "prometheus.yml"
+    local.write_text(yaml.safe_dump(cfg))
+    out = run(tool("promtool"), "check", "config", local)
+    assert str(RECORDING) in out and str(ALERTS) in out
+
+
+def test_alertmanager_config():
+    run(tool("amtool"), "check-config", ALERTMANAGER_YML)
+
+
+@pytest.mark.parametrize("severity, receiver", [
+    ("critical", "page"), ("warning", "ticket"), ("info", "none"), ("", "ticket")])
+def test_alertmanager_routes_by_severity(severity, receiver):
+    run(tool("amtool"), "config", "routes", "test", f"--config.file={ALERTMANAGER_YML}",
+        f"--verify.receivers={receiver}", "alertname=DpobsOperationErrors", "job=dpobs",
+        f"severity={severity}")
+
+
+def test_alertmanager_grouping_and_inhibition():
+    cfg = yaml.safe_load(ALERTMANAGER_YML.read_text())
+    assert cfg["route"]["group_by"] == ["alertname", "job"]
+    receivers = {r["name"]: r for r in cfg["receivers"]}
+    assert receivers["page"]["webhook_configs"][0]["url"]
+    assert receivers["ticket"]["webhook_configs"][0]["url"]
+    assert set(receivers["none"]) == {"name"}  # info goes nowhere
+    assert cfg["inhibit_rules"] == [{
+        "source_matchers": ['severity="critical"'],
+        "target_matchers": ['severity="warning"'],
+        "equal": ["alertname", "job"],
+    }]
+
+
+def test_alerts_are_well_formed():
+    for r in rules(ALERTS):
+        name, ann = r["alert"], r["annotations"]
+        assert re.fullmatch(r"Dpobs[A-Z][A-Za-z]+", name), name
+        assert r["labels"]["severity"] in SEVERITIES, name
+        assert set(ann) == {"summary", "description", "runbook_url"}, name
+        assert "{{" not in ann["summary"], f"{name}: summary must be static"
+        assert "{{ $labels." in ann["description"], f"{name}: description must be templated"
+        assert ann["runbook_url"].endswith(f"docs/runbook.md#{name.lower()}"), name
+
+
+def github_anchor(heading: str) -> str:
+    """GitHub's heading id: lowercase, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_runbook_has_every_anchor():
+    anchors = {github_anchor(m) for m in re.findall(r"^#+\s+(.+)$", RUNBOOK.read_text(), re.M)}
+    for r in rules(ALERTS):
+        assert r["annotations"]["runbook_url"].split("#", 1)[1] in anchors, r["alert"]
+
+
+THRESHOLD_ROW = re.compile(r"^#\s+(Dpobs\w+)\s+(critical|warning|info)\s+([=<>!]=?[\d.]+)\s+(\S+)", re.M)
+
+
+def test_threshold_table_matches_rules():
+    """The table at the top of the alerts file is the one place to read thresholds; keep it true."""
+    table = {(n, s): (t, f) for n, s, t, f in THRESHOLD_ROW.findall(ALERTS.read_text())}
+    alerts = rules(ALERTS)
+    assert len(table) == len(alerts)
+    for r in alerts:
+        threshold, for_ = table[(r["alert"], r["labels"]["severity"])]
+        expr = re.sub(r"\s+", "", r["expr"])
+        assert re.search(re.escape(threshold) + r"(?![\d.])", expr), (r["alert"], threshold)
+        assert r.get("for", "-") == for_, r["alert"]
