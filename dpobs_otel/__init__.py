@@ -4,10 +4,22 @@
     tel = dpobs.start(role="trainer", rank=0)
     client = tel.instrument(my_store_client)
 """
-from .config import Settings
-from .endpoint import PortInUseError
-from .store import InMemoryDataPlane, connect_store, serve_store
-from .telemetry import Telemetry, __version__, start
+import importlib
 
-__all__ = ["start", "Telemetry", "Settings", "InMemoryDataPlane", "serve_store",
-           "connect_store", "PortInUseError", "__version__"]
+__version__ = "0.1.0"
+
+# Resolved on first use, so `dpobs dashboards` or `dpobs kubernetes` never import torch.
+_LAZY = {
+    "start": "telemetry", "Telemetry": "telemetry", "Settings": "config",
+    "PortInUseError": "endpoint", "InMemoryDataPlane": "store", "serve_store": "store",
+    "connect_store": "store",
+}
+__all__ = [*_LAZY, "__version__"]
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'dpobs_otel' has no attribute {name!r}")

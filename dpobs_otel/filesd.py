@@ -17,6 +17,7 @@ class FileSDTarget:
         try:
             with os.fdopen(fd, "w") as f:
                 json.dump(doc, f, indent=2, sort_keys=True)
+            os.chmod(tmp, 0o644)  # mkstemp makes 0600; Prometheus often runs as another user
             os.replace(tmp, self.path)  # Prometheus sees the old file or the whole new one
         except BaseException:
             os.unlink(tmp)

@@ -19,9 +19,10 @@ from .endpoint import MetricsEndpoint
 from .filesd import FileSDTarget
 from .stats import Stats
 from .stepmetrics import StepMetrics
+from . import __version__
 
 log = logging.getLogger("dpobs_otel")
-__version__ = "0.1.0"
+
 
 
 def _views() -> list[View]:

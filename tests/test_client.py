@@ -1,0 +1,204 @@
+import random
+import sys
+import threading
+import traceback
+
+import msgpack
+import pytest
+import torch
+from conftest import scrape, value
+from tensordict import NonTensorData, TensorDict
+
+import dpobs_otel as dpobs
+import dpobs_otel.client as client_mod
+
+OPS = "dpobs_client_operation_duration_seconds_count"
+BYTES = "dpobs_client_transferred_bytes_total"
+KEYS = "dpobs_client_keys_total"
+
+
+def _batch(n, seed):
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, 40, (n,), generator=g).tolist()
+    td = TensorDict({
+        "tok": torch.nested.nested_tensor([torch.randint(0, 100, (k,), generator=g)
+                                           for k in lengths], layout=torch.jagged),
+        "adv": torch.randn(n, 3, generator=g).to(torch.bfloat16),
+        "mask": torch.rand(n, 7, generator=g) > 0.5,
+    }, batch_size=[n])
+    td["meta"] = NonTensorData({"seed": seed, "note": "ünï"})
+    truth = (sum(lengths) * 8 + n * 3 * 2 + n * 7 * 1
+             + len(msgpack.packb({"seed": seed, "note": "ünï"})))
+    return td, truth
+
+
+def test_scripted_workload_matches_independent_truth(tel, client):
+    rng = random.Random(0)
+    truth = {"put": 0, "get": 0, "keys_put": 0, "keys_get": 0, "calls": {}}
+    live, live_bytes = {}, 0.0
+    for step in range(12):
+        n = rng.randint(1, 16)
+        ids = [f"s{step}-{i}" for i in range(n)]
+        td, nbytes = _batch(n, step)
+        with tel.step():
+            client.put_samples(ids, "train", td)
+            shard = ids[: rng.randint(1, n)]
+            got = client.get_samples(shard, "train", ["tok", "adv"])
+            client.list_sample_ids("train")
+        truth["put"] += nbytes
+        truth["keys_put"] += n
+        truth["keys_get"] += len(shard)
+        truth["get"] += sum(t.contiguous().nbytes if not t.is_nested else t.values().nbytes
+                            for t in (got["tok"], got["adv"]))
+        live.update(dict.fromkeys(ids)); live_bytes += nbytes
+    s = scrape(tel)
+    assert value(s, OPS, op="put") == 12 and value(s, OPS, op="get") == 12
+    assert value(s, BYTES, op="put", direction="write") == truth["put"]
+    assert value(s, BYTES, op="get", direction="read") == truth["get"]
+    assert value(s, KEYS, op="put") == truth["keys_put"]
+    assert value(s, KEYS, op="get") == truth["keys_get"]
+    assert value(s, "dpobs_client_outstanding_keys") == len(live)
+    assert value(s, "dpobs_client_outstanding_size_bytes") == pytest.approx(live_bytes, abs=1)
+    assert value(s, "dpobs_step_duration_seconds_count") == 12
+    # Clearing everything, in uneven pieces, returns occupancy exactly to zero.
+    ids = list(live)
+    for lo in range(0, len(ids), 7):
+        client.clear_samples(ids[lo:lo + 7], "train")
+    s = scrape(tel)
+    assert value(s, "dpobs_client_outstanding_keys") == 0
+    assert value(s, "dpobs_client_outstanding_size_bytes") == 0
+    assert value(s, KEYS, op="clear") == len(ids)
+
+
+def test_partial_clear_releases_pro_rata(tel, client):
+    td, nbytes = _batch(10, 1)
+    client.put_samples([str(i) for i in range(10)], "p", td)
+    client.clear_samples(["0", "1", "2", "3"], "p")
+    s = scrape(tel)
+    assert value(s, "dpobs_client_outstanding_size_bytes") == round(nbytes * 6 / 10)
+    client.clear_samples(None, "p")
+    assert value(scrape(tel), "dpobs_client_outstanding_size_bytes") == 0
+
+
+def test_inner_exception_propagates_unchanged_and_is_counted(tel, client):
+    with pytest.raises(KeyError) as info:
+        client.get_samples(["nope"], "missing-partition")
+    direct = dpobs.InMemoryDataPlane()
+    with pytest.raises(KeyError) as bare:
+        direct.get_samples(["nope"], "missing-partition")
+    assert str(info.value) == str(bare.value)
+    # The traceback still ends inside the store, not in our wrapper.
+    assert traceback.extract_tb(info.tb)[-1].filename.endswith("store.py")
+    s = scrape(tel)
+    assert value(s, "dpobs_client_operation_errors_total", op="get", error_type="KeyError") == 1
+    assert value(s, OPS, op="get") == 1  # duration includes the failed call
+
+
+def test_same_exception_object_reaches_the_caller(tel):
+    boom = RuntimeError("store down")
+
+    class Failing:
+        def put_samples(self, *a, **k):
+            raise boom
+    with pytest.raises(RuntimeError) as info:
+        tel.instrument(Failing()).put_samples(["a"], "p", None)
+    assert info.value is boom
+    s = scrape(tel)
+    assert value(s, "dpobs_client_operation_errors_total", op="put",
+                 error_type="RuntimeError") == 1
+
+
+def test_internal_failure_never_fails_the_call(tel, client, monkeypatch):
+    def broken(_):
+        raise ZeroDivisionError("bug in dpobs")
+    monkeypatch.setattr(client_mod, "payload_nbytes", broken)
+    td, _ = _batch(3, 2)
+    client.put_samples(["a", "b", "c"], "p", td)
+    out = client.get_samples(["a"], "p")
+    assert out.batch_size == torch.Size([1])
+    s = scrape(tel)
+    assert value(s, "dpobs_instrumentation_errors_total", component="client") == 2
+    assert value(s, "dpobs_client_operation_errors_total", op="put",
+                 error_type="ZeroDivisionError") == 0
+
+
+def test_rows_a_store_silently_drops_are_counted_missing(tel):
+    class Dropping(dpobs.InMemoryDataPlane):
+        def get_samples(self, ids, pid, select=None):
+            return super().get_samples([i for i in ids if i in self.list_sample_ids(pid)],
+                                       pid, select)
+    c = tel.instrument(Dropping())
+    td, _ = _batch(2, 3)
+    c.put_samples(["a", "b"], "p", td)
+    assert len(c.get_samples(["a", "b", "ghost"], "p")) == 2
+    assert value(scrape(tel), "dpobs_client_rows_missing_total", op="get") == 1
+
+
+def test_other_attributes_pass_through(client):
+    assert client.latency_s == 0.0
+    assert client.get_tags(["x"], "p") == [None]
+
+
+def test_reconcile_drops_keys_another_process_cleared(tel):
+    store = dpobs.InMemoryDataPlane()
+    writer = tel.instrument(store)
+    writer._reconcile_rows = 8
+    td, _ = _batch(4, 4)
+    writer.put_samples(["a", "b", "c", "d"], "p", td)
+    store.clear_samples(["a", "b"], "p")  # "another process": not through this client
+    writer.put_samples(["e", "f", "g", "h"], "p", _batch(4, 5)[0])  # crosses the throttle
+    assert value(scrape(tel), "dpobs_client_outstanding_keys") == 6
+
+
+def test_failing_listing_is_skipped_not_raised(tel):
+    class NoList(dpobs.InMemoryDataPlane):
+        def list_sample_ids(self, pid):
+            raise ConnectionError("listing unavailable")
+    c = tel.instrument(NoList())
+    c._reconcile_rows = 1
+    c.put_samples(["a"], "p", _batch(1, 6)[0])  # must not raise
+    s = scrape(tel)
+    assert value(s, "dpobs_client_outstanding_keys") == 1
+    assert value(s, "dpobs_instrumentation_errors_total", component="reconcile") == 1
+
+
+def test_threads_and_concurrent_scrapes_keep_every_counter_exact(tel):
+    c = tel.instrument(dpobs.InMemoryDataPlane())
+    td = TensorDict({"x": torch.ones(2, 4)}, batch_size=[2])
+    n_threads, n_ops = 8, 2000
+    errors = []
+
+    def work(k):
+        try:
+            for i in range(n_ops // 2):
+                ids = [f"{k}-{i}-0", f"{k}-{i}-1"]
+                c.put_samples(ids, "p", td)
+                c.get_samples(ids[:1], "p")
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    scrapes = []
+
+    def scraper():
+        for _ in range(200):
+            scrapes.append(value(scrape(tel), OPS, op="put"))
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(n_threads)]
+    threads.append(threading.Thread(target=scraper))
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # switch threads often: races show up if there are any
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(old)
+    assert not errors
+    s = scrape(tel)
+    per = n_threads * n_ops // 2
+    assert value(s, OPS, op="put") == per and value(s, OPS, op="get") == per
+    assert value(s, KEYS, op="put") == 2 * per and value(s, KEYS, op="get") == per
+    assert value(s, BYTES, op="put", direction="write") == per * 32
+    assert value(s, BYTES, op="get", direction="read") == per * 16
+    assert value(s, "dpobs_client_outstanding_keys") == 2 * per
+    assert len(scrapes) == 200 and scrapes == sorted(scrapes)  # monotonic while it ran

@@ -1,0 +1,110 @@
+import threading
+
+import pytest
+import torch
+from tensordict import NonTensorStack, TensorDict
+
+from dpobs_otel import InMemoryDataPlane, connect_store, serve_store
+
+IDS = ["a", "b", "c"]
+
+
+def _batch():
+    tok = torch.nested.nested_tensor([torch.arange(n) for n in (2, 5, 3)], layout=torch.jagged)
+    td = TensorDict({"tok": tok, "adv": torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])},
+                    batch_size=[3])
+    td["meta"] = NonTensorStack("x", "y", "z")
+    return td
+
+
+def test_round_trip_keeps_jagged_dense_and_nontensor():
+    s = InMemoryDataPlane()
+    s.put_samples(IDS, "p", _batch())
+    out = s.get_samples(["c", "a"], "p")
+    assert out.batch_size == torch.Size([2])
+    assert out["tok"].is_nested
+    assert [r.tolist() for r in out["tok"].unbind()] == [[0, 1, 2], [0, 1]]
+    assert torch.equal(out["adv"], torch.tensor([[5.0, 6.0], [1.0, 2.0]]))
+    assert out.get("meta").tolist() == ["z", "x"]
+
+
+def test_uniform_jagged_rows_come_back_dense():
+    s = InMemoryDataPlane()
+    tok = torch.nested.nested_tensor([torch.arange(4), torch.arange(4) + 1], layout=torch.jagged)
+    s.put_samples(["a", "b"], "p", TensorDict({"tok": tok}, batch_size=[2]))
+    out = s.get_samples(["a", "b"], "p")["tok"]
+    assert not out.is_nested and out.tolist() == [[0, 1, 2, 3], [1, 2, 3, 4]]
+
+
+def test_select_fields_and_delta_writes():
+    s = InMemoryDataPlane()
+    s.put_samples(IDS, "p", _batch())
+    s.put_samples(["b"], "p", TensorDict({"extra": torch.tensor([9])}, batch_size=[1]))
+    assert set(s.get_samples(["b"], "p").keys()) == {"tok", "adv", "meta", "extra"}
+    assert set(s.get_samples(IDS, "p").keys()) == {"tok", "adv", "meta"}  # common fields only
+    assert list(s.get_samples(["a"], "p", ["adv"]).keys()) == ["adv"]
+    with pytest.raises(KeyError, match="extra.*'a'"):
+        s.get_samples(["a", "b"], "p", ["extra"])
+
+
+def test_store_copies_the_callers_buffers():
+    s = InMemoryDataPlane()
+    td = _batch()
+    s.put_samples(IDS, "p", td)
+    td["adv"].zero_()
+    assert s.get_samples(["a"], "p")["adv"].tolist() == [[1.0, 2.0]]
+
+
+def test_missing_id_and_partition_name_themselves():
+    s = InMemoryDataPlane()
+    s.put_samples(IDS, "p", _batch())
+    with pytest.raises(KeyError, match="'zz'.*'p'"):
+        s.get_samples(["a", "zz"], "p")
+    with pytest.raises(KeyError, match="'nope'"):
+        s.get_samples(["a"], "nope")
+    with pytest.raises(ValueError, match="batch size"):
+        s.put_samples(["a"], "p", _batch())
+
+
+def test_clear_subset_and_whole_partition():
+    s = InMemoryDataPlane()
+    s.put_samples(IDS, "p", _batch())
+    s.clear_samples(["b"], "p")
+    assert s.list_sample_ids("p") == ["a", "c"]
+    s.clear_samples(None, "p")
+    assert s.list_sample_ids("p") == []
+
+
+def test_claim_meta_hands_each_id_once_per_consumer():
+    s = InMemoryDataPlane()
+    s.put_samples(IDS, "p", _batch())
+    assert s.claim_meta("p", 2) == ["a", "b"]
+    assert s.claim_meta("p", 2) == ["c"]
+    assert s.claim_meta("p", 5, consumer="other") == IDS
+
+
+def test_thread_safe_puts():
+    s = InMemoryDataPlane()
+
+    def writer(k):
+        for i in range(50):
+            s.put_samples([f"{k}-{i}"], "p", TensorDict({"x": torch.ones(1, 2)}, batch_size=[1]))
+    threads = [threading.Thread(target=writer, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(s.list_sample_ids("p")) == 200
+
+
+def test_served_store_moves_bytes_between_processes():
+    mgr, address = serve_store()
+    try:
+        a, b = connect_store(address), connect_store(address)
+        a.put_samples(IDS, "p", _batch())
+        out = b.get_samples(IDS, "p", ["tok"])
+        assert [len(r) for r in out["tok"].unbind()] == [2, 5, 3]
+        with pytest.raises(KeyError):
+            b.get_samples(["zz"], "p")
+    finally:
+        mgr.shutdown()
