@@ -1,0 +1,66 @@
+"""The prometheus-operator manifests: generated from the rule files, committed, and current."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dpobs_otel import cli, kubernetes
+
+ROOT = Path(__file__).resolve().parent.parent
+COMMITTED = ROOT / "deploy/kubernetes"
+RULES = ROOT / "deploy/prometheus/rules"
+
+
+def test_committed_manifests_are_current():
+    built = kubernetes.build_manifests(RULES)
+    on_disk = {p.name: p.read_text() for p in COMMITTED.glob("*.yaml")}
+    assert set(on_disk) == set(built)
+    for name, text in built.items():
+        assert on_disk[name] == text, f"{name} is stale: run `make kubernetes`"
+
+
+def test_build_is_deterministic():
+    assert kubernetes.build_manifests(RULES) == kubernetes.build_manifests(RULES)
+
+
+def test_prometheus_rule_carries_the_rule_files_unchanged():
+    doc = yaml.safe_load(kubernetes.build_manifests(RULES)["dpobs-prometheusrule.yaml"])
+    assert (doc["apiVersion"], doc["kind"]) == ("monitoring.coreos.com/v1", "PrometheusRule")
+    groups = [g for f in sorted(RULES.glob("*.rules.yml")) for g in yaml.safe_load(f.read_text())["groups"]]
+    assert doc["spec"]["groups"] == groups
+
+
+def test_prometheus_rule_passes_promtool(tmp_path):
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.fail("promtool is not on PATH; install Prometheus (see .ci/run)")
+    doc = yaml.safe_load(kubernetes.build_manifests(RULES)["dpobs-prometheusrule.yaml"])
+    rules = tmp_path / "from-prometheusrule.yml"
+    rules.write_text(yaml.safe_dump(doc["spec"]))
+    proc = subprocess.run([promtool, "check", "rules", str(rules)], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_pod_monitor_gives_targets_the_file_sd_labels():
+    doc = yaml.safe_load(kubernetes.build_manifests(RULES)["dpobs-podmonitor.yaml"])
+    assert (doc["apiVersion"], doc["kind"]) == ("monitoring.coreos.com/v1", "PodMonitor")
+    (endpoint,) = doc["spec"]["podMetricsEndpoints"]
+    assert endpoint["port"] == "metrics" and endpoint["path"] == "/metrics"
+    relabel = endpoint["relabelings"]
+    assert relabel[0] == {"targetLabel": "job", "replacement": "dpobs", "action": "replace"}
+    targets = {r["targetLabel"]: r.get("sourceLabels") for r in relabel[1:]}
+    assert targets == {k: [f"__meta_kubernetes_pod_label_dpobs_io_{k}"] for k in ("job", "role", "rank")}
+    assert doc["spec"]["selector"] == {
+        "matchExpressions": [{"key": "dpobs.io/role", "operator": "Exists"}]}
+
+
+def test_cli_writes_the_same_files(tmp_path, capsys):
+    assert cli.main(["kubernetes", "--out", str(tmp_path)]) == 0
+    written = {p.name: p.read_text() for p in tmp_path.iterdir()}
+    assert written == kubernetes.build_manifests(RULES)
+    assert capsys.readouterr().out.split() == [str(tmp_path / n) for n in sorted(written)]
