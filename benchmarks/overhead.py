@@ -1,0 +1,142 @@
+"""Per-op cost of the instrumentation (issue: core, performance).
+
+put+get+clear cycles of a 256-row batch with a ~12 MB jagged int64 field through
+  (a) a no-op inner client that answers at once with the prebuilt batch,
+  (b) a naive wrapper over (a) recording four OTel instruments with attribute dicts per op,
+  (c) dpobs's instrumented client over (a),
+  (d) the bare InMemoryDataPlane,
+interleaved round by round so machine drift hits every arm alike. Prints per-op
+microseconds (medians) and the two ratios: (c-a)/(b-a) (goal <= 0.5) and (c-a)/d (goal <= 1%).
+
+    .venv/bin/python benchmarks/overhead.py [--rounds 300]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+from opentelemetry.exporter.prometheus import PrometheusMetricReader
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
+from prometheus_client import CollectorRegistry
+from tensordict import TensorDict
+
+import dpobs_otel as dpobs
+from dpobs_otel import names
+from dpobs_otel.sizing import payload_nbytes
+
+ROWS, TOKENS = 256, 12_000_000 // 8 // 256  # ~12 MB of int64 tokens
+
+
+def make_batch() -> TensorDict:
+    g = torch.Generator().manual_seed(0)
+    lengths = torch.randint(TOKENS // 2, TOKENS * 3 // 2, (ROWS,), generator=g).tolist()
+    tok = torch.nested.nested_tensor([torch.randint(0, 50_000, (n,), generator=g)
+                                      for n in lengths], layout=torch.jagged)
+    return TensorDict({"input_ids": tok}, batch_size=[ROWS])
+
+
+class NoOp:
+    """Answers at once: whatever is measured over it is the wrapper alone."""
+
+    def __init__(self, batch):
+        self.batch = batch
+
+    def put_samples(self, ids, pid, fields=None, tags=None):
+        return None
+
+    def get_samples(self, ids, pid, select=None):
+        return self.batch
+
+    def clear_samples(self, ids, pid):
+        return None
+
+    def list_sample_ids(self, pid):  # occupancy reconciliation lists every 16384 rows put
+        return []
+
+
+class Naive:
+    """The obvious wrapper: one SDK record per quantity per op, attribute dicts built inline,
+    exported the way a user would (a Prometheus reader and the same bucket View); without a
+    reader the SDK would drop every record and the comparison would flatter the naive arm."""
+
+    def __init__(self, inner):
+        reader = PrometheusMetricReader(registry=CollectorRegistry())
+        view = View(instrument_name="dur",
+                    aggregation=ExplicitBucketHistogramAggregation(names.OP_BUCKETS))
+        meter = MeterProvider(metric_readers=[reader], views=[view]).get_meter("naive")
+        self.inner = inner
+        self.dur = meter.create_histogram("dur", unit="s")
+        self.bytes = meter.create_counter("bytes", unit="By")
+        self.keys = meter.create_counter("keys")
+        self.calls = meter.create_counter("calls")
+
+    def _rec(self, op, t0, ids, nbytes, direction):
+        self.dur.record(time.perf_counter() - t0, {"op": op})
+        self.bytes.add(nbytes, {"op": op, "direction": direction})
+        self.keys.add(len(ids) if ids else 0, {"op": op})
+        self.calls.add(1, {"op": op})
+
+    def put_samples(self, ids, pid, fields=None, tags=None):
+        t0 = time.perf_counter()
+        r = self.inner.put_samples(ids, pid, fields, tags)
+        self._rec("put", t0, ids, payload_nbytes(fields), "write")
+        return r
+
+    def get_samples(self, ids, pid, select=None):
+        t0 = time.perf_counter()
+        r = self.inner.get_samples(ids, pid, select)
+        self._rec("get", t0, ids, payload_nbytes(r), "read")
+        return r
+
+    def clear_samples(self, ids, pid):
+        t0 = time.perf_counter()
+        r = self.inner.clear_samples(ids, pid)
+        self._rec("clear", t0, ids, 0, "write")
+        return r
+
+
+def cycle(client, ids, batch) -> float:
+    t0 = time.perf_counter()
+    client.put_samples(ids, "p", batch)
+    client.get_samples(ids, "p", ["input_ids"])
+    client.clear_samples(ids, "p")
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=300)
+    ap.add_argument("--bare-every", type=int, default=10, help="bare-store cycles are slow")
+    args = ap.parse_args()
+    batch = make_batch()
+    ids = [f"s{i}" for i in range(ROWS)]
+    tel = dpobs.start(role="bench")
+    arms = {"a": NoOp(batch), "b": Naive(NoOp(batch)), "c": tel.instrument(NoOp(batch))}
+    bare = dpobs.InMemoryDataPlane()
+    times = {k: [] for k in "abcd"}
+    for _ in range(20):  # warm-up: first SDK records allocate their aggregations
+        for k, c in arms.items():
+            cycle(c, ids, batch)
+    for r in range(args.rounds):
+        for k, c in arms.items():
+            times[k].append(cycle(c, ids, batch))
+        if r % args.bare_every == 0:
+            times["d"].append(cycle(bare, ids, batch))
+    tel.shutdown()
+    med = {k: statistics.median(v) * 1e6 / 3 for k, v in times.items()}  # per op
+    mb = payload_nbytes(batch) / 1e6
+    print(f"batch: {ROWS} rows, {mb:.1f} MB jagged int64; {args.rounds} interleaved rounds")
+    for k, label in [("a", "no-op inner"), ("b", "naive OTel wrapper"),
+                     ("c", "dpobs instrumented"), ("d", "bare InMemoryDataPlane")]:
+        print(f"  ({k}) {label:<24} {med[k]:10.1f} us/op")
+    print(f"  dpobs cost per op      (c-a) = {med['c'] - med['a']:.1f} us;"
+          f" naive (b-a) = {med['b'] - med['a']:.1f} us")
+    print(f"  ratio (c-a)/(b-a) = {(med['c'] - med['a']) / (med['b'] - med['a']):.2f}  (goal <= 0.5)")
+    print(f"  ratio (c-a)/d     = {100 * (med['c'] - med['a']) / med['d']:.3f}%  (goal <= 1%)")
+
+
+if __name__ == "__main__":
+    main()
