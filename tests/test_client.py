@@ -202,3 +202,58 @@ def test_threads_and_concurrent_scrapes_keep_every_counter_exact(tel):
     assert value(s, BYTES, op="get", direction="read") == per * 16
     assert value(s, "dpobs_client_outstanding_keys") == 2 * per
     assert len(scrapes) == 200 and scrapes == sorted(scrapes)  # monotonic while it ran
+
+
+# -- property: whatever the payload, the wrapper never raises where the store does not ----
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+leaf_values = st.one_of(st.none(), st.booleans(), st.integers(-(2**63), 2**64 - 1),
+                        st.floats(allow_nan=False), st.text(max_size=20), st.binary(max_size=20),
+                        st.lists(st.integers(0, 9), max_size=5),
+                        st.builds(object))  # not msgpack-native: counted by its text
+dtypes = st.sampled_from([torch.float32, torch.bfloat16, torch.bool, torch.int64,
+                          torch.float8_e4m3fn, torch.complex64, torch.uint8])
+
+
+@st.composite
+def payloads(draw):
+    n = draw(st.integers(1, 6))
+    td, truth = TensorDict({}, batch_size=[n]), 0
+    for i in range(draw(st.integers(0, 3))):
+        shape = (n, *draw(st.lists(st.integers(0, 4), max_size=2)))
+        t = torch.zeros(shape).to(draw(dtypes))
+        if draw(st.booleans()) and t.dim() > 1:
+            t = t.transpose(0, 1).contiguous().transpose(0, 1)  # non-contiguous view
+        td[f"d{i}"] = t
+        truth += t.contiguous().nbytes
+    if draw(st.booleans()):
+        lengths = draw(st.lists(st.integers(1, 5), min_size=n, max_size=n))
+        td["j"] = torch.nested.nested_tensor([torch.ones(k) for k in lengths], layout=torch.jagged)
+        truth += sum(lengths) * 4
+    exact = True
+    if draw(st.booleans()):
+        v = draw(leaf_values)
+        td["meta"] = NonTensorData(v)
+        if type(v) is object:
+            exact = False
+        else:
+            truth += len(msgpack.packb(v))
+    return td, truth, exact
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(payloads())
+def test_random_payloads_never_make_the_wrapper_raise(tel, payload):
+    td, truth, exact = payload
+    store = dpobs.InMemoryDataPlane()
+    c = tel.instrument(store)
+    ids = [f"r{i}" for i in range(td.batch_size[0])]
+    before = tel.stats.instr_errors.get("client", 0)
+    written_before = tel.stats.ops.get("put").write_bytes if "put" in tel.stats.ops else 0
+    c.put_samples(ids, "p", td)
+    c.get_samples(ids, "p")
+    c.clear_samples(ids, "p")
+    assert tel.stats.instr_errors.get("client", 0) == before
+    if exact:
+        assert tel.stats.ops["put"].write_bytes - written_before == truth
