@@ -1,0 +1,221 @@
+"""Local Ray + TransferQueue 0.1.11 for tests (no pytest needed).
+
+Starter process::
+
+    from tq_harness import start, stop, call
+    handle = start()                    # ray (2 logical CPUs) + tq with ONE storage unit
+    try:
+        call(tq.kv_batch_put, keys=[...], partition_id="p", fields=td)
+        # hand handle.ray_address to a child, e.g. via argv or env
+    finally:
+        stop()                          # tq.close() + ray.shutdown(), always
+
+Child process (same machine, same user: Ray's auth token lives in ~/.ray)::
+
+    from tq_harness import attach, detach
+    attach(address)                     # ray.init(address=...) + tq.init() -> client only
+    try:
+        ...                             # kv_* calls work as in the starter
+    finally:
+        detach()                        # closes the client only; NEVER tq.close() here
+
+Every blocking step runs under a timeout: TransferQueue's sync API and its
+init wait forever (e.g. tq.init hangs in ray.get when a storage unit cannot be
+scheduled for lack of CPUs).  ray and transfer_queue are imported lazily, so
+importing this module is free in environments without them.
+
+Run ``python tests/tq_harness.py`` for a self-check (starter + child process).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable
+
+# The controller and each SimpleStorage unit are Ray actors with num_cpus=1.
+NUM_STORAGE_UNITS = 1
+NUM_CPUS = 2  # logical; exactly controller + one unit.  Raise it if tests add actors.
+
+_started_here = False  # True only in the process whose start() created the TQ actors
+_attached_here = False
+
+
+@dataclass(frozen=True)
+class TQHandle:
+    ray_address: str  # GCS "ip:port": pass to attach() / ray.init(address=...)
+    starter_pid: int
+    timings: dict[str, float]  # seconds: ray_init, tq_init
+
+
+def call(fn: Callable[..., Any], *args: Any, timeout_s: float = 30.0, **kwargs: Any) -> Any:
+    """Run a blocking call in a daemon thread; raise TimeoutError if it does not return.
+
+    A call that times out keeps its thread (it cannot be killed); the caller
+    should then stop() everything.
+    """
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = fn(*args, **kwargs)
+        except BaseException as e:  # re-raised in the caller's thread
+            box["error"] = e
+
+    name = getattr(fn, "__name__", "call")
+    t = threading.Thread(target=run, name=f"tq-call-{name}", daemon=True)
+    t.start()
+    t.join(timeout_s)
+    if t.is_alive():
+        raise TimeoutError(f"{name} did not return within {timeout_s:.0f}s")
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
+def start(timeout_s: float = 90.0, num_cpus: int = NUM_CPUS) -> TQHandle:
+    """Start a private local Ray instance and TransferQueue (one storage unit) in this process."""
+    global _started_here
+    import ray
+    import transfer_queue as tq
+
+    if ray.is_initialized():
+        raise RuntimeError("Ray is already initialised in this process; call stop() first")
+    if num_cpus < 1 + NUM_STORAGE_UNITS:
+        raise ValueError(f"num_cpus={num_cpus}: controller + {NUM_STORAGE_UNITS} unit(s) need one CPU each")
+
+    timings: dict[str, float] = {}
+    try:
+        t0 = time.perf_counter()
+        # address="local": never join a cluster someone else started on this host
+        # (a bare ray.init() follows RAY_ADDRESS or /tmp/ray/ray_current_cluster).
+        # Not via call(): Ray ties gcs_server/raylet to the creating THREAD (PR_SET_PDEATHSIG),
+        # so starting Ray in a short-lived thread kills the cluster when that thread ends.
+        ctx = ray.init(
+            address="local",
+            num_cpus=num_cpus,
+            include_dashboard=False,
+            object_store_memory=100 * 1024**2,
+            log_to_driver=False,
+        )
+        timings["ray_init"] = time.perf_counter() - t0
+        address = ctx.address_info["gcs_address"]
+
+        t0 = time.perf_counter()
+        _started_here = True  # from here on stop() must tear down actors
+        conf = {"backend": {"SimpleStorage": {"num_data_storage_units": NUM_STORAGE_UNITS}}}
+        call(tq.init, conf, timeout_s=timeout_s)
+        timings["tq_init"] = time.perf_counter() - t0
+    except BaseException:
+        stop()
+        raise
+    return TQHandle(ray_address=address, starter_pid=os.getpid(), timings=timings)
+
+
+def attach(address: str, timeout_s: float = 60.0) -> None:
+    """In another process: join the starter's Ray cluster and get a TQ client (no new controller)."""
+    global _attached_here
+    import ray
+    import transfer_queue as tq
+
+    try:
+        ray.init(address=address, log_to_driver=False)  # fails fast if the address is dead
+        # Controller is the named actor "TransferQueueController" in namespace "transfer_queue".
+        # Check it exists first: if it did not, tq.init() would silently start a second TransferQueue.
+        call(ray.get_actor, "TransferQueueController", namespace="transfer_queue", timeout_s=timeout_s)
+        _attached_here = True
+        call(tq.init, timeout_s=timeout_s)  # finds the controller -> builds only a client
+    except BaseException:
+        detach()
+        raise
+
+
+def detach() -> None:
+    """Child side of stop(): close this process's client, leave the controller alone, leave Ray."""
+    global _attached_here
+    import ray
+    import transfer_queue.interface as tqi
+
+    # tq.close() would ray.kill() the shared controller (attach sets interface._TQ_CONTROLLER),
+    # so close the client by hand and drop the module's references.
+    client, tqi._TQ_CLIENT, tqi._TQ_CONTROLLER = tqi._TQ_CLIENT, None, None
+    try:
+        if client is not None:
+            call(client.close, timeout_s=15)
+    finally:
+        _attached_here = False
+        if ray.is_initialized():
+            ray.shutdown()
+
+
+def stop() -> None:
+    """Tear down whatever this process set up; safe to call more than once and after failures."""
+    global _started_here
+    if _attached_here:
+        detach()
+        return
+    import ray
+
+    try:
+        if _started_here:
+            import transfer_queue as tq
+
+            call(tq.close, timeout_s=30)  # kills storage units + controller, closes the client
+    except Exception as e:  # ray.shutdown() below takes the actors down anyway
+        warnings.warn(f"tq.close() failed: {type(e).__name__}: {e}", stacklevel=2)
+    finally:
+        _started_here = False
+        if ray.is_initialized():
+            ray.shutdown()
+
+
+# ---------------------------------------------------------------- self-check
+_CHILD = """
+import sys, torch, transfer_queue as tq
+from tensordict import TensorDict
+sys.path.insert(0, {here!r})
+from tq_harness import attach, detach, call
+attach({address!r})
+try:
+    print("child sees", sorted(call(tq.kv_list, "p")["p"]))
+    call(tq.kv_batch_put, keys=["child"], partition_id="p", tags=[{{"by": "child"}}],
+         fields=TensorDict({{"x": torch.tensor([[7, 7]])}}, batch_size=1))
+finally:
+    detach()
+"""
+
+
+def _self_check() -> None:
+    import torch
+    import transfer_queue as tq
+    from tensordict import TensorDict
+
+    t0 = time.perf_counter()
+    handle = start()
+    try:
+        print(f"started at {handle.ray_address}: {handle.timings}")
+        fields = TensorDict({"x": torch.tensor([[1, 1], [2, 2]])}, batch_size=2)
+        call(tq.kv_batch_put, keys=["a", "b"], partition_id="p", fields=fields, tags=[{"i": 0}, {"i": 1}])
+        here = os.path.dirname(os.path.abspath(__file__))
+        code = _CHILD.format(here=here, address=handle.ray_address)
+        t1 = time.perf_counter()
+        child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        print(f"child rc={child.returncode} in {time.perf_counter() - t1:.1f}s: {child.stdout.strip()}")
+        if child.returncode:
+            print(child.stderr[-3000:])
+        print("starter kv_list:", call(tq.kv_list, "p"))
+        got = call(tq.kv_batch_get, keys=["a", "child"], partition_id="p")
+        print("starter get:", [r.tolist() for r in got["x"].unbind()])
+    finally:
+        t1 = time.perf_counter()
+        stop()
+        print(f"stop {time.perf_counter() - t1:.1f}s, total {time.perf_counter() - t0:.1f}s")
+
+
+if __name__ == "__main__":
+    _self_check()
