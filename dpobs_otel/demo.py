@@ -1,0 +1,367 @@
+"""`dpobs demo`: the GRPO-shaped workload (workload.py) in several processes, optionally
+scraped by a private Prometheus with the deploy/ rules and alerting through Alertmanager
+(stack.py); at the end, the workload's own truth beside what the metrics say."""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import signal
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from .stack import Stack, binaries
+from .workload import Config, Workload
+
+MB = 1e6
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--steps", type=int, default=200, help="measured steps (default 200)")
+    p.add_argument("--trainers", type=int, default=2, help="trainer processes (default 2)")
+    p.add_argument("--batch-size", type=int, default=64, help="rows per step (default 64)")
+    p.add_argument("--min-len", type=int, default=64, help="shortest sequence (tokens)")
+    p.add_argument("--max-len", type=int, default=512, help="longest sequence (tokens)")
+    p.add_argument("--store-latency-ms", type=float, default=5.0,
+                   help="service time the store adds to every call (default 5)")
+    p.add_argument("--verify-tensor-hash", action="store_true",
+                   help="turn on the wire guard (dpobs.start(verify_tensor_hash=True))")
+    p.add_argument("--corrupt-at-step", type=int, default=None, metavar="N",
+                   help="an uninstrumented writer rewrites one row at measured step N")
+    p.add_argument("--duration", type=float, default=None, metavar="SECONDS",
+                   help="run this long instead of --steps; 0 = until stopped")
+    p.add_argument("--stack", choices=("auto", "off"), default="auto",
+                   help="auto: start Prometheus and Alertmanager when on PATH (default)")
+    p.add_argument("--sd-dir", default=None, help="directory for the file_sd target files")
+    p.add_argument("--host", default="127.0.0.1", help="bind the /metrics endpoints here")
+    p.add_argument("--advertise-host", default=None, metavar="NAME",
+                   help="host name written into file_sd (when --host is a wildcard)")
+    p.add_argument("--seed", type=int, default=0)
+
+
+def config(args) -> Config:
+    if args.trainers < 1 or args.batch_size < args.trainers:
+        raise SystemExit("dpobs demo: need --trainers >= 1 and --batch-size >= --trainers")
+    if not 1 <= args.min_len <= args.max_len:
+        raise SystemExit("dpobs demo: need 1 <= --min-len <= --max-len")
+    return Config(steps=args.steps, trainers=args.trainers, batch_size=args.batch_size,
+                  min_len=args.min_len, max_len=args.max_len,
+                  latency_s=args.store_latency_ms / 1e3, verify=args.verify_tensor_hash,
+                  corrupt_at=args.corrupt_at_step, duration=args.duration,
+                  sd_dir=args.sd_dir, host=args.host, advertise_host=args.advertise_host,
+                  seed=args.seed)
+
+
+# -- a run, kept up while its results are read --------------------------------------------
+@dataclass
+class Result:
+    info: dict  # (role, rank) -> endpoint, instance, pid
+    warm: dict  # (role, rank) -> truth of the warm-up step
+    truth: dict  # (role, rank) -> truth of the measured steps
+    scraped: dict  # (role, rank) -> [(name, labels, value)] from its /metrics at the end
+
+    def total(self, key) -> dict:
+        """Warm-up plus measured steps: what a process's counters hold."""
+        return merge([self.warm[key], self.truth[key]])
+
+
+@contextlib.contextmanager
+def session(cfg: Config, stack: Stack | None = None, on_ready=None, on_step=None):
+    """Run the workload to the end and yield a Result while every process is still up (and,
+    with a stack, after Prometheus has scraped and evaluated the final state)."""
+    with Workload(cfg) as wl:
+        if on_ready is not None:
+            on_ready(wl)
+        instances = [i["instance"] for i in wl.info.values()]
+        wl.warmup()
+        if stack is not None:  # rates then start at this quiescent, post-warm-up sample
+            stack.wait_scraped(instances, after=time.time())
+        wl.run(on_step)
+        if stack is not None:
+            stack.wait_scraped(instances, after=time.time())
+            stack.wait_evaluated(after=time.time())
+        scraped = {k: scrape(i["endpoint"]) for k, i in wl.info.items()}
+        yield Result(dict(wl.info), dict(wl.warm), dict(wl.truth), scraped)
+
+
+def scrape(endpoint: str) -> list[tuple[str, dict, float]]:
+    host, port = endpoint.rsplit(":", 1)
+    host = {"0.0.0.0": "127.0.0.1", "[::]": "[::1]"}.get(host, host)
+    with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return [(s.name, s.labels, s.value) for fam in text_string_to_metric_families(text)
+            for s in fam.samples]
+
+
+# -- truth arithmetic (the test uses these too) ------------------------------------------
+def merge(truths) -> dict:
+    out = {"steps": 0, "step_s": 0.0, "bytes": {}, "ops": {}}
+    for t in truths:
+        out["steps"] += t["steps"]
+        out["step_s"] += t["step_s"]
+        for k, v in t["bytes"].items():
+            out["bytes"][k] = out["bytes"].get(k, 0) + v
+        for op, d in t["ops"].items():
+            out["ops"].setdefault(op, []).extend(d)
+    return out
+
+
+def dp_seconds(t: dict) -> float:
+    return sum(sum(d) for d in t["ops"].values())
+
+
+def frac_of_step(t: dict) -> float:
+    return dp_seconds(t) / t["step_s"] if t["step_s"] else 0.0
+
+
+def op_shares(t: dict) -> dict[str, float]:
+    total = dp_seconds(t)
+    return {op: sum(d) / total for op, d in t["ops"].items()} if total else {}
+
+
+def quantile(values, q: float) -> float:
+    """Linear interpolation between closest ranks."""
+    v = sorted(values)
+    if not v:
+        return float("nan")
+    x = q * (len(v) - 1)
+    lo = int(x)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (x - lo)
+
+
+def metric_ops(samples) -> dict[str, dict]:
+    """Per op from scraped samples: calls, seconds, cumulative buckets, bytes."""
+    ops: dict[str, dict] = {}
+    for name, labels, value in samples:
+        op = labels.get("op")
+        if op is None or not name.startswith("dpobs_client_"):
+            continue
+        o = ops.setdefault(op, {"calls": 0, "seconds": 0.0, "buckets": {}, "bytes": 0})
+        if name == "dpobs_client_operation_duration_seconds_count":
+            o["calls"] += value
+        elif name == "dpobs_client_operation_duration_seconds_sum":
+            o["seconds"] += value
+        elif name == "dpobs_client_operation_duration_seconds_bucket":
+            le = float(labels["le"])
+            o["buckets"][le] = o["buckets"].get(le, 0) + value
+        elif name == "dpobs_client_transferred_bytes_total":
+            o["bytes"] += value
+    return ops
+
+
+def bucket_quantile(buckets: dict[float, float], q: float) -> float:
+    """histogram_quantile() over cumulative buckets {le: count}."""
+    les = sorted(buckets)
+    if not les or buckets[les[-1]] == 0:
+        return float("nan")
+    rank, lo, below = q * buckets[les[-1]], 0.0, 0.0
+    for le in les:
+        if buckets[le] >= rank:
+            if le == float("inf"):
+                return lo
+            return lo + (le - lo) * (rank - below) / max(buckets[le] - below, 1e-12)
+        lo, below = le, buckets[le]
+    return lo
+
+
+def metric_sum(samples, name: str) -> float:
+    return sum(v for n, _, v in samples if n == name)
+
+
+# -- the report ----------------------------------------------------------------------------
+def report(res: Result, stack: Stack | None, cfg: Config) -> str:
+    keys = list(res.info)
+    total = merge(res.total(k) for k in keys)
+    measured = merge(res.truth[k] for k in keys)
+    samples = [s for k in keys for s in res.scraped[k]]
+    mops = metric_ops(samples)
+    lines = [f"\nData-plane ops, all processes, every step (truth: the workload's own clock and "
+             f"byte count; metrics: each process's /metrics), worst first"]
+    lines.append(f"  {'op':<10}{'source':<9}{'calls':>7}{'mean ms':>9}{'p50':>8}{'p90':>8}"
+                 f"{'p99':>8}{'MB':>10}{'share':>8}")
+    dp_t = dp_seconds(total)
+    dp_m = sum(o["seconds"] for o in mops.values())
+    for op in sorted(total["ops"], key=lambda o: -sum(total["ops"][o])):
+        d = total["ops"][op]
+        nbytes = sum(v for (o, _), v in total["bytes"].items() if o == op)
+        lines.append(_oprow(op, "truth", len(d), sum(d), [quantile(d, q) for q in
+                            (0.5, 0.9, 0.99)], nbytes, sum(d) / dp_t))
+        m = mops.get(op, {"calls": 0, "seconds": 0.0, "buckets": {}, "bytes": 0})
+        lines.append(_oprow("", "metrics", m["calls"], m["seconds"],
+                            [bucket_quantile(m["buckets"], q) for q in (0.5, 0.9, 0.99)],
+                            m["bytes"], m["seconds"] / dp_m if dp_m else 0.0))
+    prom = {}
+    if stack is not None:
+        prom = {r["metric"].get("instance"): r["value"]
+                for r in stack.query("instance:dpobs_frac_of_step:ratio_rate5m")}
+    lines.append("\nProcesses, worst first: fraction of step time in the data plane "
+                 "(every step | measured steps, the ones Prometheus rates)")
+    lines.append(f"  {'process':<12}{'instance':<22}{'steps':>6}{'step s':>8}{'truth':>9}"
+                 f"{'metrics':>9}  |{'truth':>8}{'prometheus':>12}")
+    for k in sorted(keys, key=lambda k: -frac_of_step(res.total(k))):
+        t, s = res.total(k), res.scraped[k]
+        step_m = metric_sum(s, "dpobs_step_duration_seconds_sum")
+        dp_m = metric_sum(s, "dpobs_client_operation_duration_seconds_sum")
+        p = prom.get(res.info[k]["instance"])
+        lines.append(f"  {k[0] + ' ' + str(k[1]):<12}{res.info[k]['instance']:<22}"
+                     f"{t['steps']:>6}{t['step_s']:>8.1f}{frac_of_step(t):>9.1%}"
+                     f"{dp_m / step_m if step_m else 0:>9.1%}  |"
+                     f"{frac_of_step(res.truth[k]):>8.1%}"
+                     f"{'-' if p is None else format(p, '.1%'):>12}")
+    lines.append(_guard_line(samples, cfg))
+    if stack is not None:
+        lines += _prometheus_lines(stack, measured)
+    return "\n".join(lines)
+
+
+def _oprow(op, source, calls, seconds, qs, nbytes, share) -> str:
+    mean = seconds / calls * 1e3 if calls else float("nan")
+    q = "".join(f"{x * 1e3:>8.2f}" for x in qs)
+    return (f"  {op:<10}{source:<9}{int(calls):>7}{mean:>9.2f}{q}{nbytes / MB:>10.2f}"
+            f"{share:>8.1%}")
+
+
+GUARD = ("recorded", "checked", "mismatched", "unverified")
+
+
+def _guard_line(samples, cfg: Config) -> str:
+    if not cfg.verify:
+        return "\nWire guard: off (--verify-tensor-hash turns it on)"
+    counts = {g: metric_sum(samples, f"dpobs_guard_rows_{g}_total") for g in GUARD}
+    counts["fields skipped"] = metric_sum(samples, "dpobs_guard_fields_skipped_total")
+    counts["failures"] = metric_sum(samples, "dpobs_guard_failures_total")
+    bad = sorted({lab.get("field", "?") for n, lab, v in samples
+                  if n == "dpobs_guard_rows_mismatched_total" and v > 0})
+    return ("\nWire guard rows: " + ", ".join(f"{k} {int(v)}" for k, v in counts.items())
+            + (f"  (mismatched field: {', '.join(bad)})" if bad else ""))
+
+
+def _prometheus_lines(stack: Stack, measured: dict) -> list[str]:
+    def one(expr):
+        r = stack.query(expr)
+        return r[0]["value"] if r else float("nan")
+
+    lines = ["\nPrometheus recording rules (5m windows) beside the truth of the measured steps",
+             f"  {'rule':<72}{'prometheus':>12}{'truth':>12}"]
+
+    def row(label, value, truth, fmt="{:.4f}"):
+        lines.append(f"  {label:<72}{fmt.format(value):>12}{fmt.format(truth):>12}")
+
+    row("job:dpobs_frac_of_step:ratio_rate5m", one("job:dpobs_frac_of_step:ratio_rate5m"),
+        frac_of_step(measured))
+    shares = op_shares(measured)
+    for op in sorted(shares, key=lambda o: -shares[o]):
+        row(f'job_op:dpobs_operation_share:ratio_rate5m{{op="{op}"}}',
+            one(f'job_op:dpobs_operation_share:ratio_rate5m{{op="{op}"}}'), shares[op])
+        d = measured["ops"][op]
+        for q in ("0.5", "0.99"):
+            row(f'..:quantile_rate5m{{op="{op}",quantile="{q}"}} (ms, bucketed)',
+                1e3 * one(f'job_op:dpobs_client_operation_duration_seconds:quantile_rate5m'
+                          f'{{op="{op}",quantile="{q}"}}'), 1e3 * quantile(d, float(q)),
+                "{:.2f}")
+    for (op, direction), n in sorted(measured["bytes"].items()):
+        calls = len(measured["ops"].get(op, ()))
+        sel = f'{{op="{op}",direction="{direction}"}}'
+        per_call = one(f"job_op_direction:dpobs_client_transferred_bytes:rate5m{sel}"
+                       f" / ignoring(direction) job_op:dpobs_client_operations:rate5m"
+                       f'{{op="{op}"}}')
+        row(f"bytes per {op} call, {direction} (transferred_bytes:rate5m / operations:rate5m)",
+            per_call, n / calls if calls else float("nan"), "{:.0f}")
+    alerts = [_alert(a["labels"]) for a in stack.alerts()]
+    lines.append("\nAlertmanager: " + ("; ".join(alerts) or "no alerts"))
+    return lines
+
+
+def _alert(labels: dict) -> str:
+    where = " ".join(labels[k] for k in ("role", "rank") if k in labels)
+    field = f"field {labels['field']}" if "field" in labels else ""
+    detail = ", ".join(x for x in (where, field) if x)
+    return f"{labels['alertname']} {labels.get('severity', '')}" + (f" ({detail})" if detail
+                                                                      else "")
+
+
+# -- the command ---------------------------------------------------------------------------
+class Progress:
+    """A plain-text progress line on stderr: redrawn in place on a terminal, else a line
+    every few seconds."""
+
+    def __init__(self, cfg: Config, stream=sys.stderr):
+        self.cfg, self.stream = cfg, stream
+        self.tty = stream.isatty()
+        self._last = 0.0
+
+    def __call__(self, step: int, dt: float, elapsed: float) -> None:
+        if not self.tty and elapsed - self._last < 5:
+            return
+        self._last = elapsed
+        cfg = self.cfg
+        if cfg.duration is None:
+            done, tail = step / max(cfg.steps, 1), f"{step}/{cfg.steps} steps"
+        elif cfg.duration > 0:
+            done, tail = elapsed / cfg.duration, f"{step} steps, {cfg.duration:.0f}s run"
+        else:
+            done, tail = None, f"{step} steps (Ctrl-C stops)"
+        bar = "" if done is None else "[" + "#" * int(30 * min(done, 1)) + \
+            "." * (30 - int(30 * min(done, 1))) + "] "
+        line = f"{bar}{tail}  {elapsed:6.1f}s  step {dt * 1e3:6.1f} ms"
+        self.stream.write(("\r" + line) if self.tty else line + "\n")
+        self.stream.flush()
+
+    def finish(self) -> None:
+        if self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def run(args) -> int:
+    cfg = config(args)
+    if cfg.corrupt_at is not None and not cfg.verify:
+        print("note: --corrupt-at-step without --verify-tensor-hash: nothing will notice",
+              file=sys.stderr)
+    state = {"wl": None, "running": False}
+
+    def on_signal(signum, frame):
+        wl = state["wl"]
+        if state["running"] and wl is not None and not wl.sync.stop.is_set():
+            print("\nstopping after this step (again to abort)", file=sys.stderr)
+            wl.stop()
+        else:
+            raise KeyboardInterrupt
+
+    def on_ready(wl):
+        state["wl"] = wl
+        for (role, rank), i in wl.info.items():
+            print(f"  {role} {rank}: http://{i['endpoint']}/metrics  (pid {i['pid']})")
+        print("warming up, then measuring ...", flush=True)
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with contextlib.ExitStack() as es:
+            stack = None
+            if args.stack == "auto":
+                missing = [n for n, p in binaries().items() if p is None]
+                if missing:
+                    print(f"--stack auto: {', '.join(missing)} not on PATH; "
+                          "running without Prometheus", file=sys.stderr)
+                else:
+                    stack = es.enter_context(Stack(sd_dir=args.sd_dir))
+                    cfg.sd_dir = stack.sd_dir
+                    print(f"Prometheus   {stack.prometheus}\nAlertmanager "
+                          f"{stack.alertmanager}\nfile_sd      {stack.sd_dir}")
+            progress = Progress(cfg)
+            state["running"] = True
+            with session(cfg, stack, on_ready, progress) as res:
+                state["running"] = False
+                progress.finish()
+                print(report(res, stack, cfg), flush=True)
+    except KeyboardInterrupt:
+        print("\ninterrupted; everything started is stopped", file=sys.stderr)
+        return 130
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    return 0

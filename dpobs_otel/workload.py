@@ -1,0 +1,408 @@
+"""The demo's GRPO-shaped workload: a rollout process, N trainers and a driver, in their own OS
+processes, moving real bytes through one shared InMemoryDataPlane (store.serve_store).
+
+Each step: the rollout puts a batch (jagged tokens, logprobs and loss mask, dense advantages,
+per-row metadata); every trainer reads its shard twice (a logprob pass, a train pass); the
+driver lists and clears the step's rows. The processes run in lockstep on one barrier and
+measure their own ground truth (time inside the data-plane calls they make, time inside
+steps, payload bytes), which the parent compares with what the metrics say.
+
+Step 0 is a warm-up: it creates every series, then the parent may wait for Prometheus to
+scrape that quiescent state before the measured steps start. Rates then begin at a known
+point, so rate ratios can be compared with the truth of the measured steps alone."""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import queue as queue_mod
+import signal
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from time import perf_counter
+
+import msgpack
+import torch
+from tensordict import NonTensorStack, TensorDict
+
+from .names import OPS
+
+PARTITION = "grpo"
+VOCAB = 32000
+GROUP = 4  # GRPO: advantages are rewards normalised within each group of completions
+BARRIER_TIMEOUT_S = 300  # orphans give up after this; a live parent aborts far sooner
+FIELDS_LOGPROB_PASS = ["tokens", "mask"]
+FIELDS_TRAIN_PASS = ["tokens", "logprobs", "advantages", "mask", "meta"]
+ROLE_OPS = {"rollout": {"put"}, "trainer": {"get"}, "driver": {"register", "list", "clear"}}
+
+
+@dataclass
+class Config:
+    steps: int = 100
+    trainers: int = 2
+    batch_size: int = 64
+    min_len: int = 64
+    max_len: int = 512
+    latency_s: float = 0.005
+    verify: bool = False
+    corrupt_at: int | None = None  # measured step (1-based) whose row an outsider rewrites
+    duration: float | None = None  # seconds of measured steps; 0 = until stopped; wins over steps
+    sd_dir: str | None = None
+    host: str = "127.0.0.1"
+    advertise_host: str | None = None
+    seed: int = 0
+
+    def roles(self) -> list[tuple[str, int]]:
+        return ([("rollout", 0)] + [("trainer", r) for r in range(self.trainers)]
+                + [("driver", 0)])
+
+
+# -- the batch and its ground truth ------------------------------------------------------
+def sample_ids(step: int, n: int) -> list[str]:
+    return [f"s{step}-{i}" for i in range(n)]
+
+
+def make_rows(step: int, cfg: Config, gen: torch.Generator) -> dict[str, list]:
+    """One step's rollout output as per-row Python/tensor values (before packing)."""
+    n = cfg.batch_size
+    lens = torch.randint(cfg.min_len, cfg.max_len + 1, (n,), generator=gen).tolist()
+    rewards = torch.rand(n, generator=gen)
+    groups = [list(range(g, min(g + GROUP, n))) for g in range(0, n, GROUP)]
+    adv = torch.empty(n)
+    for g in groups:
+        r = rewards[g]
+        adv[g] = (r - r.mean()) / (r.std(unbiased=False) + 1e-6)
+    return {
+        "tokens": [torch.randint(0, VOCAB, (k,), generator=gen) for k in lens],
+        "logprobs": [-5 * torch.rand(k, generator=gen) for k in lens],
+        "mask": [torch.arange(k) >= k // 4 for k in lens],  # prompt tokens carry no loss
+        "advantages": adv,
+        # Fixed-width rows: sizing.py measures large non-tensor stacks by sampling rows, and
+        # equal-sized rows keep that estimate exact, so bytes compare exactly with the truth.
+        "meta": [{"uid": f"s{step:08d}-{i:05d}", "prompt": f"p{step:08d}-{i // GROUP:05d}",
+                  "reward": float(rewards[i])} for i in range(n)],
+    }
+
+
+def pack(rows: dict[str, list]) -> TensorDict:
+    jag = {k: torch.nested.as_nested_tensor(rows[k], layout=torch.jagged)
+           for k in ("tokens", "logprobs", "mask")}
+    n = len(rows["meta"])
+    return TensorDict({**jag, "advantages": rows["advantages"],
+                       "meta": NonTensorStack.from_list(rows["meta"])}, batch_size=[n])
+
+
+def unpack(td: TensorDict) -> dict[str, list]:
+    return {k: (td[k] if k == "meta" else td[k].unbind(0)) for k in td.keys()}
+
+
+def truth_nbytes(td: TensorDict) -> int:
+    """Payload bytes computed independently of dpobs's sizing: tensors by element count (a
+    freshly built jagged tensor's values hold exactly its rows), metadata msgpack-encoded."""
+    total = 0
+    for key in td.keys():
+        v = td[key]
+        if isinstance(v, list):  # a NonTensorStack reads back as a list of its rows
+            total += len(msgpack.packb(list(v)))
+        elif v.is_nested:
+            total += v.values().numel() * v.values().element_size()
+        else:
+            total += v.numel() * v.element_size()
+    return total
+
+
+class Timed:
+    """The raw store client, timing the calls the workload itself makes: the ground truth of
+    data-plane time. Ops outside `ops` (dpobs's own occupancy reconciliation) pass untimed."""
+
+    def __init__(self, inner, ops: set[str]):
+        self._inner = inner
+        self._ops = ops
+        self.durations: dict[str, list[float]] = {}
+
+    def __getattr__(self, name):
+        fn = getattr(self._inner, name)
+        op = OPS.get(name)
+        if op not in self._ops:
+            return fn
+        record = self.durations.setdefault(op, []).append
+
+        def timed(*args, **kwargs):
+            t = perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                record(perf_counter() - t)
+        return timed
+
+
+class Truth:
+    """What one process did, as it measured it."""
+
+    def __init__(self, timed: Timed):
+        self.timed = timed
+        self.steps = 0
+        self.step_s = 0.0
+        self.bytes: dict[tuple[str, str], int] = {}
+
+    def moved(self, op: str, direction: str, nbytes: int) -> None:
+        key = (op, direction)
+        self.bytes[key] = self.bytes.get(key, 0) + nbytes
+
+    def take(self) -> dict:
+        """This period's truth, and start the next one."""
+        out = {"steps": self.steps, "step_s": self.step_s, "bytes": self.bytes,
+               "ops": self.timed.durations}
+        self.steps, self.step_s, self.bytes, self.timed.durations = 0, 0.0, {}, {}
+        return out
+
+
+# -- the processes -----------------------------------------------------------------------
+@dataclass
+class Sync:
+    barrier: object  # every role meets here three times a step
+    go: object  # Value: the rollout's decision for the coming step, read after the barrier
+    stop: object  # Event: the parent asks for a stop at the next step boundary
+    measure: object  # Event: the warm-up has been scraped; measured steps may start
+    release: object  # Event: the parent has read the final metrics; endpoints may close
+
+
+def _process(role, rank, cfg: Config, address, authkey, sync: Sync, out) -> None:
+    import dpobs_otel as dpobs
+    from .store import connect_store
+    from .stack import die_with_parent
+
+    die_with_parent(signal.SIGTERM)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent turns Ctrl-C into a clean stop
+    signal.signal(signal.SIGTERM, _exit_on_term)  # so `finally` removes the file_sd target
+    torch.set_num_threads(1)
+    tel = None
+    try:
+        tel = dpobs.start(role=role, rank=rank, sd_dir=cfg.sd_dir, host=cfg.host,
+                          advertise_host=cfg.advertise_host, verify_tensor_hash=cfg.verify)
+        raw = connect_store(address, authkey)
+        timed = Timed(raw, ROLE_OPS[role])
+        client = tel.instrument(timed)
+        truth = Truth(timed)
+        port = tel.endpoint.rsplit(":", 1)[1]
+        out.put(("ready", role, rank, {"endpoint": tel.endpoint, "pid": os.getpid(),
+                                       "instance": f"{tel.settings.target_host}:{port}"}))
+        worker = _Worker(role, rank, cfg, tel, client, raw, truth, sync, out)
+        worker.loop()
+        out.put(("done", role, rank, truth.take()))
+        _wait_parent(sync.release)
+    except threading.BrokenBarrierError:
+        pass  # another process failed or the parent aborted; it reports why
+    except BaseException:
+        out.put(("error", role, rank, traceback.format_exc()))
+        sync.barrier.abort()
+    finally:
+        if tel is not None:
+            tel.shutdown()
+
+
+def _exit_on_term(*_):
+    raise SystemExit(143)
+
+
+def _wait_parent(event) -> None:
+    """Wait for the parent's event; exit if the parent is gone."""
+    parent = multiprocessing.parent_process()
+    while not event.wait(0.5):
+        if parent is not None and not parent.is_alive():
+            raise SystemExit(1)
+
+
+class _Worker:
+    def __init__(self, role, rank, cfg, tel, client, raw, truth, sync, out):
+        self.role, self.rank, self.cfg = role, rank, cfg
+        self.tel, self.client, self.raw, self.truth = tel, client, raw, truth
+        self.sync, self.out = sync, out
+        self.gen = torch.Generator().manual_seed(cfg.seed)
+        n, t = cfg.batch_size, cfg.trainers
+        self.shard = slice(rank * n // t, (rank + 1) * n // t)
+
+    def loop(self) -> None:
+        sync, step = self.sync, 0
+        while True:
+            if self.role == "rollout":
+                sync.go.value = self._decide(step)
+            sync.barrier.wait()
+            if not sync.go.value:
+                return
+            t0 = perf_counter()
+            with self.tel.step():
+                getattr(self, self.role)(step)
+            dt = perf_counter() - t0
+            self.truth.steps += 1
+            self.truth.step_s += dt
+            if step == 0:
+                self.out.put(("warm", self.role, self.rank, self.truth.take()))
+            elif self.role == "rollout":
+                self.out.put(("step", step, dt))
+            step += 1
+
+    def _decide(self, step: int) -> bool:
+        if step == 0:
+            return True
+        if step == 1:
+            _wait_parent(self.sync.measure)
+        return not self.sync.stop.is_set() and (self.cfg.duration is not None
+                                                or step <= self.cfg.steps)
+
+    def rollout(self, step: int) -> None:
+        with self.tel.codec("pack"):
+            batch = pack(make_rows(step, self.cfg, self.gen))
+        ids = sample_ids(step, self.cfg.batch_size)
+        self.client.put_samples(ids, PARTITION, batch)
+        self.truth.moved("put", "write", truth_nbytes(batch))
+        if step == self.cfg.corrupt_at:
+            # An uninstrumented writer rewrites one row between the put and the reads.
+            bad = TensorDict({"advantages": batch["advantages"][:1] + 1.0}, batch_size=[1])
+            self.raw.put_samples(ids[:1], PARTITION, bad)
+        self.sync.barrier.wait()  # the batch is in
+        self.sync.barrier.wait()  # the trainers have read it
+
+    def trainer(self, step: int) -> None:
+        ids = sample_ids(step, self.cfg.batch_size)[self.shard]
+        self.sync.barrier.wait()
+        for fields in (FIELDS_LOGPROB_PASS, FIELDS_TRAIN_PASS):
+            td = self.client.get_samples(ids, PARTITION, fields)
+            self.truth.moved("get", "read", truth_nbytes(td))
+            with self.tel.codec("unpack"):
+                seqs = unpack(td)
+            if "advantages" in seqs:  # a token-level policy-gradient surrogate, for realism
+                sum(float(a) * float((lp * m).sum()) for a, lp, m in
+                    zip(seqs["advantages"], seqs["logprobs"], seqs["mask"]))
+        self.sync.barrier.wait()
+
+    def driver(self, step: int) -> None:
+        if step == 0:
+            self.client.register_partition(PARTITION)
+        self.sync.barrier.wait()
+        self.sync.barrier.wait()
+        ids = self.client.list_sample_ids(PARTITION)
+        self.client.clear_samples(ids, PARTITION)
+
+
+# -- the parent's side -------------------------------------------------------------------
+class WorkloadError(RuntimeError):
+    pass
+
+
+class Workload:
+    """Starts the store and the processes; `warmup()`, then `run()`; `close()` releases them.
+
+        with Workload(cfg) as wl:
+            wl.warmup()        # every process has done step 0; scrape it now if you like
+            truth = wl.run()   # the measured steps; processes stay up until close()
+    """
+
+    def __init__(self, cfg: Config, authkey: bytes | None = None):
+        self.cfg = cfg
+        self.authkey = authkey or os.urandom(16)
+        self.procs: dict[tuple[str, int], multiprocessing.Process] = {}
+        self.info: dict[tuple[str, int], dict] = {}
+        self.warm: dict[tuple[str, int], dict] = {}
+        self.truth: dict[tuple[str, int], dict] = {}
+        self._mgr = None
+        self._closed = False
+
+    def __enter__(self):
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def start(self, timeout: float = 180) -> None:
+        from .store import serve_store
+        ctx = multiprocessing.get_context("spawn")
+        self._mgr, address = serve_store(self.cfg.latency_s, self.authkey)
+        roles = self.cfg.roles()
+        self.sync = Sync(ctx.Barrier(len(roles), timeout=BARRIER_TIMEOUT_S), ctx.Value("b", 0),
+                         ctx.Event(), ctx.Event(), ctx.Event())
+        self._queue = ctx.Queue()
+        for role, rank in roles:
+            p = ctx.Process(target=_process, name=f"dpobs-{role}-{rank}", daemon=True,
+                            args=(role, rank, self.cfg, address, self.authkey, self.sync,
+                                  self._queue))
+            p.start()
+            self.procs[(role, rank)] = p
+        self._collect("ready", self.info, timeout)
+
+    def warmup(self, timeout: float = 120) -> dict:
+        return self._collect("warm", self.warm, timeout)
+
+    def run(self, on_step=None) -> dict:
+        """The measured steps, until cfg.steps, cfg.duration or stop(). Returns each process's
+        truth; the processes keep their endpoints up until close()."""
+        self.sync.measure.set()
+        t0 = time.monotonic()
+        dur = self.cfg.duration
+
+        def tick(msg):
+            if msg[0] == "step" and on_step is not None:
+                on_step(msg[1], msg[2], time.monotonic() - t0)
+            if dur and time.monotonic() - t0 >= dur:
+                self.stop()
+        return self._collect("done", self.truth, None, tick)
+
+    def stop(self) -> None:
+        """Finish the current step, then stop (safe from a signal handler)."""
+        self.sync.stop.set()
+        self.sync.measure.set()  # a stop during the warm-up must not leave the rollout waiting
+
+    def _collect(self, kind: str, into: dict, timeout: float | None, tick=None) -> dict:
+        # Feeder threads may deliver one process's "warm" before another's "ready": file
+        # every message by kind, whichever is awaited.
+        boxes = {"ready": self.info, "warm": self.warm, "done": self.truth}
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while len(into) < len(self.procs):
+            try:
+                msg = self._queue.get(timeout=0.25)
+            except queue_mod.Empty:
+                msg = None
+            if msg is not None and msg[0] == "error":
+                self.sync.barrier.abort()
+                raise WorkloadError(f"{msg[1]} {msg[2]} failed:\n{msg[3]}")
+            if msg is not None and msg[0] in boxes:
+                boxes[msg[0]][(msg[1], msg[2])] = msg[3]
+            if tick is not None:
+                tick(msg or ("idle",))
+            if msg is None:
+                dead = [f"{r}{k} (exit {p.exitcode})" for (r, k), p in self.procs.items()
+                        if p.exitcode is not None]
+                if dead:
+                    self.sync.barrier.abort()
+                    raise WorkloadError(f"process(es) died while waiting for {kind!r}: "
+                                        + ", ".join(dead))
+                if deadline is not None and time.monotonic() > deadline:
+                    raise WorkloadError(f"timed out waiting for {kind!r} from "
+                                        f"{sorted(set(self.procs) - set(into))}")
+        return into
+
+    def close(self) -> None:
+        """Release the processes (their endpoints close), stop the store. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.procs:
+            self.stop()
+            self.sync.release.set()
+            self.sync.barrier.abort()  # anyone still inside a step leaves it
+            for p in self.procs.values():
+                p.join(timeout=10)
+            for p in self.procs.values():
+                if p.is_alive():
+                    p.kill()
+                    p.join(timeout=5)
+            self._queue.close()
+            self._queue.join_thread()
+        if self._mgr is not None:
+            self._mgr.shutdown()
