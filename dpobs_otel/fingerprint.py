@@ -1,0 +1,428 @@
+"""Per-row wire fingerprints: exact, position-dependent, salted, vectorised, device-safe.
+
+The fingerprint of one row of one field is a 64-bit integer (stored as a signed int64):
+
+    bytes   the row's exact bits: every dtype is bit-cast (bool, float8, bf16, complex...),
+            the row's bytes are zero-padded to a multiple of 8 and read as little-endian
+            64-bit words w_0 .. w_{m-1}
+    limbs   each word splits into 32-bit limbs  lo_i = w_i mod 2^32 (unsigned)
+                                                hi_i = w_i >> 32     (signed)
+    A       a polynomial over the limbs, base R, mod 2^64:
+                A = sum_i (lo_i + R*hi_i) * R^(2i)  =  sum_k limb_k * R^k
+            computed per word as  y_i = w_i + (R - 2^32) * hi_i ,  A = sum_i y_i * R^(2i)
+    salt    S = fmix64(fmix64(F + L * G) ^ I)
+                F  = h64(field name, dtype, row rank, row shape past the leading dim)
+                L  = the row's leading length (0 for a scalar row)
+                I  = h64(partition id, sample id)
+    digest  fmix64(A + S)
+
+fmix64 is MurmurHash3's finaliser (a bijection), h64 is an 8-byte blake2b (stable across
+processes, unlike hash()), G is the 64-bit golden ratio. R is odd with R = 11 (mod 16).
+
+Why these choices (see docs/guard.md for the arithmetic):
+  * A limb difference is smaller than 2^32, so its 2-adic valuation is at most 31; R is odd.
+    Hence any change confined to one limb always changes A, two equal limbs never cancel
+    (x*(R^a + R^b) has valuation <= 33), and swapping two different limbs a < b changes A by
+    (x_b - x_a) * R^a * (1 - R^(b-a)), valuation <= 33 + log2(b-a) < 64: every transposition
+    inside a row shorter than 2^30 limbs is detected, deterministically. An XOR fold has none of
+    these properties: it is permutation-blind and equal words cancel in pairs.
+  * The shape, dtype and field name are in the salt, so zero padding (identical words), a
+    reshape (4, 8) -> (32,), a same-width dtype change and bf16 -> fp32 all diverge.
+  * The sample and partition ids are in the salt, so a row served from another sample, or two
+    rows swapped between shards, diverge even though each carries its own (valid) digest.
+  * Only int64 add / multiply / xor / shift / and / sum / cumsum / index are used (logical
+    shifts are an arithmetic shift then a mask), so it runs wherever the tensor lives,
+    CUDA included; no uint64 arithmetic.
+  * The same row gives the same digest whether it arrives as a row of a dense (N, L, ...)
+    tensor or of a jagged nested tensor: both evaluate the same polynomial over the same words.
+    A jagged field is evaluated over its values buffer with per-row segment sums (cumsum),
+    rebasing each row with a table of inverse powers; a dense field is one broadcast multiply
+    and a row sum.
+
+`reference_digest` is the same function in plain Python over bytes: the specification the
+vectorised code is tested against.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+import threading
+from typing import Sequence
+
+import torch
+
+__all__ = [
+    "field_digests",
+    "id_salts",
+    "reference_digest",
+    "UnsupportedField",
+]
+
+_M64 = (1 << 64) - 1
+
+
+def _s64(x: int) -> int:
+    """A Python int mod 2^64 as the signed int64 with the same bits."""
+    x &= _M64
+    return x - (1 << 64) if x >> 63 else x
+
+
+# R = 11 (mod 16): R = 3 (mod 8) so v2(R-1) = 1, v2(R+1) = 2, and v2(R-3) = 3 (docs/guard.md).
+_R = 0x9E6C63D0676A9A9B
+assert _R % 16 == 11
+_R2 = (_R * _R) & _M64
+_R2_INV = pow(_R2, -1, 1 << 64)
+_K = _s64(_R - (1 << 32))  # y = w + K*hi  ==  lo + R*hi  (mod 2^64)
+_G = _s64(0x9E3779B97F4A7C15)
+_C1 = 0xFF51AFD7ED558CCD
+_C2 = 0xC4CEB9FE1A85EC53
+_C1S, _C2S = _s64(_C1), _s64(_C2)
+_LSR33_MASK = (1 << 31) - 1
+
+# Words per chunk on the CPU: the working set of one chunk (3 int64 buffers) stays in cache and
+# each elementwise op stays under torch's parallel grain size. Accelerators run in one chunk.
+CPU_CHUNK_WORDS = 1 << 15
+
+NONTENSOR_SENTINEL = _s64(0x6E6F6E2D74656E73)  # "non-tens": the field was not a tensor at put
+UNRECORDED_SENTINEL = _s64(0x756E7265636F7264)  # "unrecord": the guard could not fingerprint it
+
+
+class UnsupportedField(Exception):
+    """A tensor the fingerprint cannot read (sparse, quantized, meta, odd nested layout)."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+# ----------------------------------------------------------------------------- scalar helpers
+
+
+def _fmix_py(x: int) -> int:
+    x &= _M64
+    x ^= x >> 33
+    x = (x * _C1) & _M64
+    x ^= x >> 33
+    x = (x * _C2) & _M64
+    x ^= x >> 33
+    return x
+
+
+def _h64(*parts: str) -> int:
+    data = "\x00".join(parts).encode("utf-8", "surrogatepass")
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
+
+
+def _field_salt(field: str, dtype: torch.dtype, row_shape: Sequence[int]) -> int:
+    inner = ",".join(str(int(d)) for d in row_shape[1:])
+    return _h64("dpobs-fp-v1", field, str(dtype), str(len(row_shape)), inner)
+
+
+# ----------------------------------------------------------------------------- tensor helpers
+
+
+def _lsr(x: torch.Tensor, s: int) -> torch.Tensor:
+    """Logical right shift of int64: arithmetic shift, then mask off the sign copies."""
+    return torch.bitwise_and(torch.bitwise_right_shift(x, s), (1 << (64 - s)) - 1)
+
+
+def _fmix_t(x: torch.Tensor) -> torch.Tensor:
+    x = x ^ _lsr(x, 33)
+    x = x * _C1S
+    x = x ^ _lsr(x, 33)
+    x = x * _C2S
+    return x ^ _lsr(x, 33)
+
+
+class _PowerTables:
+    """R^(2i) and R^(-2i) mod 2^64 for i < n, per device, grown by doubling."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._tables: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    @staticmethod
+    def _build(base: int, n: int, device) -> torch.Tensor:
+        t = torch.empty(n, dtype=torch.int64, device=device)
+        t[0] = 1
+        filled = 1
+        while filled < n:
+            k = min(filled, n - filled)
+            torch.mul(t[:k], _s64(pow(base, filled, 1 << 64)), out=t[filled:filled + k])
+            filled += k
+        return t
+
+    def get(self, n: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+        key = str(device)
+        cur = self._tables.get(key)
+        if cur is not None and cur[0].numel() >= n:
+            return cur
+        with self._lock:
+            cur = self._tables.get(key)
+            if cur is not None and cur[0].numel() >= n:
+                return cur
+            size = max(1024, 1 << max(0, n - 1).bit_length())
+            cur = (self._build(_R2, size, device), self._build(_R2_INV, size, device))
+            self._tables[key] = cur
+            return cur
+
+
+_TABLES = _PowerTables()
+
+
+def _as_bytes_2d(t: torch.Tensor) -> torch.Tensor:
+    """(N, ...) tensor -> (N, row_bytes) uint8 view of its exact bits (copy only if needed)."""
+    n = t.shape[0]
+    t = t.detach()
+    if not t.is_contiguous():
+        t = t.contiguous()
+    if t.dim() == 1:
+        t = t.reshape(n, 1)
+    else:
+        t = t.reshape(n, -1)
+    if t.dtype != torch.uint8:
+        t = t.view(torch.uint8)
+    return t
+
+
+def _bytes_to_words_2d(b: torch.Tensor) -> torch.Tensor:
+    """(N, nbytes) uint8 -> (N, ceil(nbytes/8)) int64, zero-padded."""
+    n, nbytes = b.shape
+    m = (nbytes + 7) // 8
+    if m == 0:
+        return torch.zeros((n, 0), dtype=torch.int64, device=b.device)
+    if nbytes % 8 or b.storage_offset() % 8 or (n > 1 and b.stride(0) != nbytes):
+        buf = torch.zeros((n, m * 8), dtype=torch.uint8, device=b.device)
+        buf[:, :nbytes] = b
+        b = buf
+    return b.view(torch.int64)
+
+
+def _chunk_words(device) -> int:
+    return CPU_CHUNK_WORDS if torch.device(device).type == "cpu" else 1 << 62
+
+
+def _poly_dense(words: torch.Tensor) -> torch.Tensor:
+    """A for every row of an (N, m) int64 word matrix."""
+    n, m = words.shape
+    out = torch.zeros(n, dtype=torch.int64, device=words.device)
+    if n == 0 or m == 0:
+        return out
+    tpow, _ = _TABLES.get(m, words.device)
+    tp = tpow[:m]
+    step = max(1, _chunk_words(words.device) // m)
+    buf = torch.empty((min(step, n), m), dtype=torch.int64, device=words.device)
+    for i in range(0, n, step):
+        w = words[i:i + step]
+        y = buf[: w.shape[0]]
+        torch.bitwise_right_shift(w, 32, out=y)  # hi, sign-extended
+        torch.add(w, y, alpha=_K, out=y)  # lo + R*hi
+        y.mul_(tp)
+        torch.sum(y, 1, out=out[i:i + step])
+    return out
+
+
+def _poly_flat(words: torch.Tensor, woff: torch.Tensor) -> torch.Tensor:
+    """A for every row of a flat int64 word buffer; row r is words[woff[r]:woff[r+1]].
+
+    Each row-aligned chunk of words is weighted by R^(2j), j counted from the chunk's first
+    word; a cumsum over the chunk gives every row's sum as the difference of two prefix sums;
+    multiplying by R^(-2 (row start - chunk start)) rebases the row to j = 0. On the CPU the
+    chunks are cache-sized and reuse one scratch buffer (fresh multi-MB buffers cost more in
+    page faults than the arithmetic); elsewhere the whole buffer is one chunk, with no host sync.
+    """
+    n = woff.numel() - 1
+    dev = words.device
+    if n <= 0:
+        return torch.zeros(max(n, 0), dtype=torch.int64, device=dev)
+    woff = woff.to(device=dev, dtype=torch.int64)
+    if dev.type == "cpu":
+        offs = woff.tolist()
+        chunks, bases = [], []
+        r0 = 0
+        for r in range(1, n + 1):  # greedy row-aligned chunks of about CPU_CHUNK_WORDS words
+            if offs[r] - offs[r0] >= CPU_CHUNK_WORDS or r == n:
+                chunks.append((r0, r))
+                bases.extend([offs[r0]] * (r - r0))
+                r0 = r
+        base = torch.tensor(bases, dtype=torch.int64)
+        longest = max(offs[r1] - offs[r0] for r0, r1 in chunks)
+    else:
+        chunks = [(0, n)]
+        base = torch.zeros(n, dtype=torch.int64, device=dev)
+        longest = words.numel()
+    start_loc = woff[:-1] - base
+    end_loc = woff[1:] - base
+    tpow, tinv = _TABLES.get(max(longest, 1), dev)
+    y = torch.empty(longest + 1, dtype=torch.int64, device=dev)
+    y[0] = 0
+    s_sum = torch.empty(n, dtype=torch.int64, device=dev)
+    e_sum = torch.empty(n, dtype=torch.int64, device=dev)
+    for r0, r1 in chunks:
+        if dev.type == "cpu":
+            a, b = offs[r0], offs[r1]
+        else:
+            a, b = 0, longest
+        if b > a:
+            w = words[a:b]
+            yy = y[1:1 + b - a]
+            torch.bitwise_right_shift(w, 32, out=yy)  # hi, sign-extended
+            torch.add(w, yy, alpha=_K, out=yy)  # lo + R*hi
+            yy.mul_(tpow[: b - a])
+            y[: 1 + b - a].cumsum_(0)
+        else:
+            y[0] = 0
+        torch.index_select(y, 0, start_loc[r0:r1], out=s_sum[r0:r1])
+        torch.index_select(y, 0, end_loc[r0:r1], out=e_sum[r0:r1])
+    e_sum -= s_sum
+    return e_sum * tinv[start_loc]
+
+
+def _words_of_rows(rows: Sequence[torch.Tensor], device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fallback for layouts with no packed buffer: pad each row's bytes to words, concatenate."""
+    parts, offs = [], [0]
+    for row in rows:
+        b = row.detach().contiguous().reshape(1, -1)
+        if b.dtype != torch.uint8:
+            b = b.view(torch.uint8)
+        w = _bytes_to_words_2d(b).reshape(-1)
+        parts.append(w)
+        offs.append(offs[-1] + w.numel())
+    words = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.int64, device=device)
+    return words, torch.tensor(offs, dtype=torch.int64, device=device)
+
+
+def _jagged_words(nt: torch.Tensor):
+    """(words, word offsets, per-row leading lengths, inner shape) of a jagged nested tensor."""
+    values, offsets, lengths = nt._values, nt._offsets, nt._lengths
+    inner = tuple(values.shape[1:])
+    if nt._ragged_idx != 1 or lengths is not None:
+        rows = nt.unbind()
+        lead = torch.tensor([r.shape[0] for r in rows], dtype=torch.int64)
+        words, woff = _words_of_rows(rows, values.device)
+        return words, woff, lead.to(values.device), tuple(rows[0].shape[1:]) if rows else inner
+    offsets = offsets.to(torch.int64)
+    lead = offsets[1:] - offsets[:-1]
+    esize = values.element_size()
+    unit = 1
+    for d in inner:
+        unit *= int(d)
+    unit_bytes = unit * esize
+    values = values.detach()
+    if not values.is_contiguous():
+        values = values.contiguous()
+    if unit_bytes % 8 == 0:
+        # Every row is a whole number of words: the values buffer is the word buffer.
+        flat = values.reshape(-1)
+        if flat.dtype != torch.uint8:
+            flat = flat.view(torch.uint8)
+        if flat.storage_offset() % 8:
+            flat = flat.clone()
+        words = flat.view(torch.int64)
+        woff = offsets * (unit_bytes // 8)
+        return words, woff, lead, inner
+    # Rows end mid-word: re-lay each row out on its own zero-padded run of words, in one
+    # vectorised scatter of elements (esize is 1, 2 or 4 here: wider elements are aligned).
+    int_dtype = {1: torch.uint8, 2: torch.int16, 4: torch.int32}[esize]
+    per_word = 8 // esize
+    src = values.reshape(-1)
+    if src.dtype != int_dtype:
+        src = src.view(int_dtype)
+    n_elem = lead * unit
+    m = (n_elem + per_word - 1) // per_word
+    woff = torch.zeros(m.numel() + 1, dtype=torch.int64, device=values.device)
+    torch.cumsum(m, 0, out=woff[1:])
+    start_src = offsets[:-1] * unit
+    shift = woff[:-1] * per_word - start_src
+    first, last = offsets[0] * unit, offsets[-1] * unit
+    elem = src[first:last] if src.numel() else src
+    dst_idx = torch.arange(first, last, dtype=torch.int64, device=values.device)
+    dst_idx += torch.repeat_interleave(shift, n_elem, output_size=elem.numel())
+    dst = torch.zeros(int(woff[-1]) * per_word, dtype=int_dtype, device=values.device)
+    dst[dst_idx] = elem
+    return dst.view(torch.int64), woff, lead, inner
+
+
+def id_salts(sample_ids: Sequence[str], partition_id: str, device="cpu") -> torch.Tensor:
+    """I = h64(partition id, sample id) per row, as an int64 tensor on `device`."""
+    prefix = hashlib.blake2b(("dpobs-id-v1\x00%s\x00" % partition_id).encode("utf-8", "surrogatepass"),
+                             digest_size=8)
+    vals = []
+    for sid in sample_ids:
+        h = prefix.copy()
+        h.update(str(sid).encode("utf-8", "surrogatepass"))
+        vals.append(int.from_bytes(h.digest(), "little", signed=True))
+    return torch.tensor(vals, dtype=torch.int64, device=device)
+
+
+def _finish(acc: torch.Tensor, field: str, dtype, row_shape, lead, ids: torch.Tensor):
+    f = _s64(_field_salt(field, dtype, row_shape))
+    if not isinstance(lead, torch.Tensor):
+        lead = torch.full_like(acc, int(lead))
+    s = _fmix_t(_fmix_t(lead.to(acc.device) * _G + f) ^ ids.to(acc.device))
+    return _fmix_t(acc + s)
+
+
+def field_digests(value: torch.Tensor, field: str, ids: torch.Tensor) -> torch.Tensor:
+    """The (N,) int64 digests of every row of one tensor field (dense or nested).
+
+    `ids` is `id_salts(...)` for the same rows. Raises UnsupportedField for layouts the
+    fingerprint cannot read; the guard counts those as skipped.
+    """
+    if not isinstance(value, torch.Tensor):
+        raise UnsupportedField("non_tensor")
+    if value.is_quantized or value.device.type == "meta":
+        raise UnsupportedField("unsupported_layout")
+    if value.is_nested:
+        if value.layout == torch.jagged:
+            words, woff, lead, inner = _jagged_words(value)
+        elif value.layout == torch.strided:
+            rows = value.unbind()
+            lead = torch.tensor([r.shape[0] if r.dim() else 0 for r in rows],
+                                dtype=torch.int64, device=value.device)
+            words, woff = _words_of_rows(rows, value.device)
+            inner = tuple(rows[0].shape[1:]) if rows else ()
+            if rows and any(tuple(r.shape[1:]) != inner or r.dim() == 0 for r in rows):
+                raise UnsupportedField("unsupported_layout")
+        else:
+            raise UnsupportedField("unsupported_layout")
+        acc = _poly_flat(words, woff)
+        row_shape = (0,) + inner  # leading length enters per row through `lead`
+        return _finish(acc, field, value.dtype, row_shape, lead, ids)
+    if value.layout != torch.strided:
+        raise UnsupportedField("unsupported_layout")
+    if value.dim() == 0:
+        raise UnsupportedField("no_batch_dim")
+    n = value.shape[0]
+    row_shape = tuple(value.shape[1:])
+    if n == 0:
+        return torch.zeros(0, dtype=torch.int64, device=value.device)
+    acc = _poly_dense(_bytes_to_words_2d(_as_bytes_2d(value)))
+    lead = row_shape[0] if row_shape else 0
+    return _finish(acc, field, value.dtype, row_shape, lead, ids)
+
+
+# ----------------------------------------------------------------------------- the reference
+
+
+def reference_digest(row: torch.Tensor, field: str, sample_id: str, partition_id: str) -> int:
+    """The specification, in plain Python over the row's bytes (slow; for tests and audits).
+
+    Returns the digest as a signed int64, as `field_digests` stores it.
+    """
+    row = row.detach().cpu().contiguous()
+    data = row.reshape(-1).view(torch.uint8).numpy().tobytes() if row.numel() else b""
+    data += b"\x00" * (-len(data) % 8)
+    acc, rpow = 0, 1
+    for (w,) in struct.iter_unpack("<q", data):
+        hi = w >> 32  # signed high half
+        lo = w & 0xFFFFFFFF
+        acc = (acc + (lo + _R * hi) * rpow) & _M64
+        rpow = (rpow * _R2) & _M64
+    shape = tuple(row.shape)
+    f = _field_salt(field, row.dtype, shape)
+    lead = shape[0] if shape else 0
+    i = _h64("dpobs-id-v1", str(partition_id), str(sample_id))
+    s = _fmix_py(_fmix_py(lead * _G + f) ^ i)
+    return _s64(_fmix_py(acc + s))
