@@ -1,0 +1,236 @@
+"""The row fingerprint: the vectorised code equals the plain-Python specification on every
+dtype and layout, and it sees what an XOR fold cannot."""
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from dpobs_otel import fingerprint as fp
+from dpobs_otel.fingerprint import field_digests, id_salts, reference_digest
+
+DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.float8_e4m3fn, torch.float8_e5m2,
+          torch.bool, torch.int64, torch.int32, torch.int16, torch.uint8, torch.int8,
+          torch.float64, torch.complex64]
+
+
+def rand(shape, dtype, gen=None):
+    if dtype == torch.bool:
+        return torch.rand(shape, generator=gen) > 0.5
+    if dtype in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
+        info = torch.iinfo(dtype)
+        return torch.randint(max(info.min, -1000), min(info.max, 1000), shape, generator=gen,
+                             dtype=dtype)
+    if dtype == torch.complex64:
+        return torch.randn(shape, dtype=torch.complex64, generator=gen)
+    return (torch.randn(shape, generator=gen) * 3).to(dtype)
+
+
+def digests(value, ids, field="f", part="p"):
+    return field_digests(value, field, id_salts(ids, part)).tolist()
+
+
+def reference(rows, ids, field="f", part="p"):
+    return [reference_digest(r, field, s, part) for r, s in zip(rows, ids)]
+
+
+IDS = [f"sample-{i}" for i in range(9)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("row_shape", [(), (1,), (3,), (7,), (8,), (4, 3), (2, 0), (5, 2, 3)],
+                         ids=str)
+def test_dense_equals_reference(dtype, row_shape):
+    x = rand((6,) + row_shape, dtype)
+    assert digests(x, IDS[:6]) == reference(list(x.unbind(0)), IDS[:6])
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("inner", [(), (3,), (2, 2), (8,)], ids=str)
+def test_jagged_equals_reference_and_dense(dtype, inner):
+    rows = [rand((n,) + inner, dtype) for n in (3, 0, 5, 1, 8, 2)]
+    nt = torch.nested.nested_tensor(rows, layout=torch.jagged)
+    assert digests(nt, IDS[:6]) == reference(rows, IDS[:6])
+    # Written jagged, read back dense (the rows happened to be uniform): same digests.
+    uniform = [rand((4,) + inner, dtype) for _ in range(5)]
+    as_jagged = torch.nested.nested_tensor(uniform, layout=torch.jagged)
+    assert digests(as_jagged, IDS[:5]) == digests(torch.stack(uniform), IDS[:5])
+
+
+def test_other_layouts_and_views_equal_reference():
+    base = torch.arange(60, dtype=torch.int16).view(6, 10)
+    narrowed = torch.nested.narrow(base, 1, torch.tensor([0, 1, 0, 2, 3, 9]),
+                                   torch.tensor([2, 3, 4, 1, 5, 0]), layout=torch.jagged)
+    assert narrowed._lengths is not None
+    assert digests(narrowed, IDS[:6]) == reference(list(narrowed.unbind()), IDS[:6])
+    strided = torch.nested.nested_tensor([torch.randn(3, 2), torch.randn(5, 2)])
+    assert digests(strided, IDS[:2]) == reference(list(strided.unbind()), IDS[:2])
+    t = torch.randn(5, 7).t()  # non-contiguous
+    assert digests(t, IDS[:7]) == reference(list(t.unbind(0)), IDS[:7])
+    sliced = torch.randn(40, dtype=torch.float32)[3:].view(37)[:36].view(9, 4)  # odd offset
+    assert digests(sliced, IDS) == reference(list(sliced.unbind(0)), IDS)
+    offset = torch.nested.nested_tensor_from_jagged(torch.arange(10), torch.tensor([2, 5, 9]))
+    assert digests(offset, IDS[:2]) == reference([torch.arange(2, 5), torch.arange(5, 9)],
+                                                 IDS[:2])
+
+
+def test_chunking_does_not_change_digests(monkeypatch):
+    rows = [rand((n, 3), torch.bfloat16) for n in (1, 9, 0, 30, 2, 17, 5)]
+    nt = torch.nested.nested_tensor(rows, layout=torch.jagged)
+    dense = rand((7, 33), torch.float32)
+    before = digests(nt, IDS[:7]), digests(dense, IDS[:7])
+    monkeypatch.setattr(fp, "CPU_CHUNK_WORDS", 5)
+    assert (digests(nt, IDS[:7]), digests(dense, IDS[:7])) == before
+    assert before[0] == reference(rows, IDS[:7])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(DTYPES), st.lists(st.integers(0, 40), min_size=1, max_size=8),
+       st.integers(0, 2 ** 31))
+def test_property_jagged_matches_reference(dtype, lengths, seed):
+    g = torch.Generator().manual_seed(seed)
+    rows = [rand((n,), dtype, g) for n in lengths]
+    nt = torch.nested.nested_tensor(rows, layout=torch.jagged)
+    ids = [f"id{i}" for i in range(len(rows))]
+    assert digests(nt, ids) == reference(rows, ids)
+
+
+# --------------------------------------------------------------------- sensitivity
+
+
+def one(row, field="f", sid="s", part="p"):
+    return reference_digest(row, field, sid, part)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from(DTYPES), st.integers(1, 70), st.integers(0, 2 ** 31), st.data())
+def test_any_single_element_change_and_any_swap_is_seen(dtype, n, seed, data):
+    g = torch.Generator().manual_seed(seed)
+    row = rand((n,), dtype, g)
+    i = data.draw(st.integers(0, n - 1))
+    changed = row.clone()
+    bits = changed.view({1: torch.uint8, 2: torch.int16, 4: torch.int32,
+                         8: torch.int64}[row.element_size()])
+    bit = data.draw(st.integers(0, 8 * row.element_size() - 1))
+    bits.view(-1)[i * max(1, bits.numel() // n)] ^= (1 << bit) if bit < 8 * bits.element_size() - 1 \
+        else -(1 << bit)
+    assert one(changed) != one(row)
+    j = data.draw(st.integers(0, n - 1))
+    swapped = row.clone()
+    swapped[i], swapped[j] = row[j], row[i]
+    same_bits = torch.equal(row[i:i + 1].view(torch.uint8), row[j:j + 1].view(torch.uint8))
+    assert (one(swapped) == one(row)) == same_bits
+
+
+def xor_fold(row: torch.Tensor) -> int:
+    width = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[row.element_size()]
+    return int(torch.hash_tensor(row.view(width)))
+
+
+def test_what_an_xor_fold_misses_the_fingerprint_sees():
+    # A permutation inside a row.
+    row = torch.arange(8, dtype=torch.float32)
+    perm = row[[1, 0, 2, 3, 4, 5, 6, 7]]
+    assert xor_fold(perm) == xor_fold(row) and one(perm) != one(row)
+    # Equal words cancel in pairs: an even-length constant row folds like that row zeroed.
+    for dtype in (torch.float32, torch.bfloat16, torch.int64, torch.bool):
+        for n in (2, 4, 6, 64, 4096):
+            const = torch.full((n,), 7 if dtype == torch.int64 else 0.37).to(dtype)
+            zero = torch.zeros_like(const)
+            assert xor_fold(const) == xor_fold(zero)
+            assert one(const) != one(zero), (dtype, n)
+    # Zero padding is XOR-neutral; the row shape is in our salt.
+    padded = torch.cat([row, torch.zeros(4)])
+    assert xor_fold(padded) == xor_fold(row) and one(padded) != one(row)
+    # Sign-only swaps at odd positions: top-bit-only differences in the packed words.
+    signs = torch.tensor([0.5, 1.0, 0.5, -1.0], dtype=torch.float32)
+    assert one(signs[[0, 3, 2, 1]]) != one(signs)
+    f64 = torch.tensor([2.0, -2.0, 3.0], dtype=torch.float64)
+    assert one(f64[[1, 0, 2]]) != one(f64)
+
+
+def test_salt_covers_shape_dtype_field_sample_and_partition():
+    row = torch.arange(32, dtype=torch.float32)
+    base = one(row)
+    assert one(row.view(4, 8)) != base  # reshape (32,) -> (4, 8)
+    assert one(row.view(torch.int32)) != base  # same width, same bits
+    assert one(row.to(torch.bfloat16).float()) != one(row.to(torch.bfloat16))  # bf16 -> fp32
+    assert one(row[:31]) != one(torch.cat([row[:31], torch.zeros(1)]))  # one word, padded
+    assert one(row, field="g") != base
+    assert one(row, sid="t") != base
+    assert one(row, part="q") != base
+    assert one(row) == base  # and it is a function: same input, same digest
+    assert one(torch.zeros(0)) != one(torch.zeros(0, 2))
+
+
+def test_equal_limbs_never_cancel_and_constant_rows_never_vanish():
+    # Deterministic for these lengths (docs/guard.md): a row of one repeated limb value x
+    # sums to x * (R^n - 1) / (R - 1), whose 2-adic valuation stays below 64.
+    for n_words in (1, 2, 3, 4, 8, 1024, 1 << 15):
+        for bits in (1, 0x80000000, 0x40000000, 0x3F800000, 0xFFFFFFFF):
+            word = (bits << 32) | bits
+            row = torch.full((n_words,), word - (1 << 64) if word >> 63 else word,
+                             dtype=torch.int64)
+            d = field_digests(row.view(1, -1), "f", id_salts(["s"], "p"))
+            z = field_digests(torch.zeros(1, n_words, dtype=torch.int64), "f",
+                              id_salts(["s"], "p"))
+            assert int(d) != int(z), (n_words, hex(bits))
+
+
+ALLOWED_OPS = {
+    "add", "sub", "mul", "mul_", "sub_", "bitwise_xor", "bitwise_and", "bitwise_right_shift",
+    "sum", "cumsum", "cumsum_", "index_select", "index", "view", "_unsafe_view", "reshape",
+    "slice", "select", "empty", "zeros", "full", "full_like", "fill_", "copy_", "clone",
+    "_to_copy", "lift_fresh", "alias", "detach", "t", "expand", "cat", "zero_", "arange",
+    "repeat_interleave", "index_put_", "diff", "lift_fresh_copy", "as_strided", "unbind",
+    "_local_scalar_dense", "contiguous", "new_empty", "empty_like", "view_as", "squeeze",
+    "unsqueeze", "stack", "narrow", "split_with_sizes", "split", "set_", "_to_dtype",
+    "add_", "floor_divide", "layout",
+}
+
+
+class _OpLog(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.ops, self.dtypes = set(), set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        self.ops.add(func.overloadpacket.__name__)
+        for t in (out if isinstance(out, (list, tuple)) else [out]):
+            if isinstance(t, torch.Tensor):
+                self.dtypes.add(t.dtype)
+        return out
+
+
+def test_uses_only_device_safe_int64_ops():
+    """No uint64 tensor is ever produced and only plain int64 arithmetic runs, so the same
+    code runs on CUDA (which has no uint64 xor/mul kernels)."""
+    ids = id_salts(IDS[:6], "p")
+    dense = rand((6, 5, 3), torch.bfloat16)
+    jag = torch.nested.nested_tensor([rand((n,), torch.int64) for n in (1, 4, 0, 9, 2, 3)],
+                                     layout=torch.jagged)
+    odd = torch.nested.nested_tensor([rand((n,), torch.bool) for n in (1, 4, 0, 9, 2, 3)],
+                                     layout=torch.jagged)
+    with _OpLog() as log:
+        field_digests(dense, "a", ids)
+        field_digests(jag._values.view(1, -1), "b", ids[:1])
+        field_digests(odd, "c", ids)
+    assert torch.uint64 not in log.dtypes
+    assert log.ops <= ALLOWED_OPS, log.ops - ALLOWED_OPS
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_matches_cpu():
+    ids = IDS[:6]
+    dense = rand((6, 4, 3), torch.bfloat16)
+    rows = [rand((n, 2), torch.float8_e4m3fn) for n in (1, 4, 0, 9, 2, 3)]
+    jag = torch.nested.nested_tensor(rows, layout=torch.jagged)
+    tok = torch.nested.nested_tensor([rand((n,), torch.int64) for n in (5, 1, 7, 2, 2, 8)],
+                                     layout=torch.jagged)
+    for v in (dense, jag, tok):
+        cpu = field_digests(v, "f", id_salts(ids, "p"))
+        gpu = field_digests(v.cuda(), "f", id_salts(ids, "p", device="cuda"))
+        assert gpu.device.type == "cuda" and gpu.cpu().tolist() == cpu.tolist()
