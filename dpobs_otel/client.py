@@ -19,6 +19,9 @@ class InstrumentedClient:
         self._occ = Occupancy()
         self._rows_since_reconcile = 0
         self._reconcile_rows = tel.settings.reconcile_rows
+        # Optional inner hook: which ids a short read's rows belong to (stores that drop
+        # missing keys silently); see _aligned_ids.
+        self._returned_ids = getattr(inner, "returned_sample_ids", None)
         with self._stats.lock:
             self._stats.occupancies.append(self._occ)
 
@@ -123,8 +126,11 @@ class InstrumentedClient:
             self._failed(op, exc, perf_counter() - t1)
             raise
         t2 = perf_counter()
+        ids = sample_ids
+        if self._returned_ids is not None:
+            ids = self._aligned_ids(sample_ids, partition_id, result)
         if guard is not None:
-            result = self._guarded(guard.after_get, None, sample_ids, partition_id, result,
+            result = self._guarded(guard.after_get, None, ids, partition_id, result,
                                    select_fields, with_digests, on_fail=self._strip)
         t3 = perf_counter()
         try:
@@ -135,6 +141,24 @@ class InstrumentedClient:
         except Exception as exc:
             self._tel.internal_error("client", exc)
         return result
+
+    def _aligned_ids(self, sample_ids, partition_id, result):
+        """A read returned fewer rows than ids: ask the inner which ids they are, so the guard
+        salts each row with its own id. Billed to component=adapter; never raises."""
+        try:
+            if not result.batch_dims or len(result) >= len(sample_ids):
+                return sample_ids
+        except Exception:
+            return sample_ids
+        t = perf_counter()
+        try:
+            ids = self._returned_ids(sample_ids, partition_id, result)
+            return sample_ids if ids is None else ids
+        except Exception as exc:
+            self._tel.internal_error("adapter", exc)
+            return sample_ids
+        finally:
+            self._stats.add_time("adapter", perf_counter() - t)
 
     def _call(self, op, fn, args, kwargs, read_result=False):
         t1 = perf_counter()
