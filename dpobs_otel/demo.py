@@ -91,7 +91,10 @@ def scrape(endpoint: str) -> list[tuple[str, dict, float]]:
     host, port = endpoint.rsplit(":", 1)
     host = {"0.0.0.0": "127.0.0.1", "[::]": "[::1]"}.get(host, host)
     with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10) as r:
-        text = r.read().decode()
+        return parse_metrics(r.read().decode())
+
+
+def parse_metrics(text: str) -> list[tuple[str, dict, float]]:
     return [(s.name, s.labels, s.value) for fam in text_string_to_metric_families(text)
             for s in fam.samples]
 
@@ -292,7 +295,7 @@ class Progress:
     def __init__(self, cfg: Config, stream=sys.stderr):
         self.cfg, self.stream = cfg, stream
         self.tty = stream.isatty()
-        self._last = 0.0
+        self._last = float("-inf")  # the first step always prints
 
     def __call__(self, step: int, dt: float, elapsed: float) -> None:
         if not self.tty and elapsed - self._last < 5:

@@ -2,8 +2,8 @@
 processes, moving real bytes through one shared InMemoryDataPlane (store.serve_store).
 
 Each step: the rollout puts a batch (jagged tokens, logprobs and loss mask, dense advantages,
-per-row metadata); every trainer reads its shard twice (a logprob pass, a train pass); the
-driver lists and clears the step's rows. The processes run in lockstep on one barrier and
+per-row metadata) and a verifier without dpobs adds scores; every trainer reads its shard
+twice (a logprob pass, a train pass); the driver lists and clears the step's rows. The processes run in lockstep on one barrier and
 measure their own ground truth (time inside the data-plane calls they make, time inside
 steps, payload bytes), which the parent compares with what the metrics say.
 
@@ -33,7 +33,7 @@ VOCAB = 32000
 GROUP = 4  # GRPO: advantages are rewards normalised within each group of completions
 BARRIER_TIMEOUT_S = 300  # orphans give up after this; a live parent aborts far sooner
 FIELDS_LOGPROB_PASS = ["tokens", "mask"]
-FIELDS_TRAIN_PASS = ["tokens", "logprobs", "advantages", "mask", "meta"]
+FIELDS_TRAIN_PASS = None  # every field, the verifier's scores included
 ROLE_OPS = {"rollout": {"put"}, "trainer": {"get"}, "driver": {"register", "list", "clear"}}
 
 
@@ -78,6 +78,7 @@ def make_rows(step: int, cfg: Config, gen: torch.Generator) -> dict[str, list]:
         "logprobs": [-5 * torch.rand(k, generator=gen) for k in lens],
         "mask": [torch.arange(k) >= k // 4 for k in lens],  # prompt tokens carry no loss
         "advantages": adv,
+        "scores": torch.rand(n, generator=gen),  # written by the verifier, not the rollout
         # Fixed-width rows: sizing.py measures large non-tensor stacks by sampling rows, and
         # equal-sized rows keep that estimate exact, so bytes compare exactly with the truth.
         "meta": [{"uid": f"s{step:08d}-{i:05d}", "prompt": f"p{step:08d}-{i // GROUP:05d}",
@@ -252,11 +253,16 @@ class _Worker:
                                                 or step <= self.cfg.steps)
 
     def rollout(self, step: int) -> None:
+        rows = make_rows(step, self.cfg, self.gen)
         with self.tel.codec("pack"):
-            batch = pack(make_rows(step, self.cfg, self.gen))
+            batch = pack(rows)
         ids = sample_ids(step, self.cfg.batch_size)
         self.client.put_samples(ids, PARTITION, batch)
         self.truth.moved("put", "write", truth_nbytes(batch))
+        # A verifier outside dpobs scores the completions: its write is neither timed nor
+        # fingerprinted, so guarded readers count these rows unverified (as they should).
+        scores = TensorDict({"scores": rows["scores"]}, batch_size=[len(ids)])
+        self.raw.put_samples(ids, PARTITION, scores)
         if step == self.cfg.corrupt_at:
             # An uninstrumented writer rewrites one row between the put and the reads.
             bad = TensorDict({"advantages": batch["advantages"][:1] + 1.0}, batch_size=[1])
