@@ -1,0 +1,277 @@
+"""TransferQueue (0.1.11) on dpobs: its key-value API measured as the ops of the contract.
+
+    import dpobs_otel as dpobs, dpobs_otel.transferqueue
+    tel = dpobs.start(role="trainer", rank=0)
+    tq = dpobs_otel.transferqueue.instrument(tel)   # was: import transfer_queue as tq
+    tq.init(conf); tq.kv_batch_put(...); tq.kv_batch_get(...); tq.close()
+
+`TransferQueueDataPlane` is the data-plane protocol over the `transfer_queue` module;
+`InstrumentedTransferQueue` (what `instrument` returns) keeps TransferQueue's own names and
+routes every kv_* call through `tel.instrument(TransferQueueDataPlane())`, so timing, bytes,
+keys, missing rows, occupancy and the wire guard all live in the core's one wrapper.
+Anything that is not kv_* (init, close, get_client, ...) passes through to the module.
+
+What TransferQueue does that the adapter has to handle (docs/transferqueue.md):
+  * kv_batch_get drops absent keys silently when others are present, and returns an EMPTY
+    TensorDict when a selected field is missing on some key. The second becomes a KeyError
+    (the core then retries without the guard's digest columns); for the first, the core sees
+    a short read, counts the rows missing, and asks `returned_sample_ids` which ids the rows
+    belong to (one kv_list), which also logs the missing ids.
+  * kv_batch_get returns no tags; kv_list does.
+"""
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+from .guard import DIGEST_PREFIX
+
+__all__ = ["TransferQueueDataPlane", "InstrumentedTransferQueue", "instrument"]
+
+log = logging.getLogger("dpobs_otel.transferqueue")
+
+# One log line per short read names at most this many missing ids (the counter has them all).
+MAX_LOGGED_IDS = 16
+# Worker threads for the async_kv_* variants (see InstrumentedTransferQueue._run_async).
+ASYNC_WORKERS = 16
+
+
+def _tq_module():
+    import transfer_queue  # the optional extra: pip install dpobs-otel[transferqueue]
+
+    return transfer_queue
+
+
+def _as_list(x):
+    return [x] if isinstance(x, str) else x
+
+
+def _is_digest(name) -> bool:
+    return isinstance(name, str) and name.startswith(DIGEST_PREFIX)
+
+
+class _Listing(dict):
+    """A kv_list answer as the core should count it: one entry per key (over all partitions:
+    {(partition, key): tags}); `.nested` is TransferQueue's own answer, handed back as is."""
+
+    __slots__ = ("nested",)
+
+    @classmethod
+    def of(cls, nested: dict, flat) -> "_Listing":
+        out = cls(flat)
+        out.nested = nested
+        return out
+
+
+class TransferQueueDataPlane:
+    """The data-plane protocol (DESIGN.md) over the `transfer_queue` module's kv_* API."""
+
+    def __init__(self, module=None):
+        self._tq = module if module is not None else _tq_module()
+
+    def __repr__(self) -> str:
+        return f"TransferQueueDataPlane({getattr(self._tq, '__name__', self._tq)!r})"
+
+    def put_samples(self, sample_ids, partition_id, fields=None, tags=None, data_parser=None):
+        if data_parser is not None and fields is not None:
+            fields = _unrecord_digests(fields)
+        return self._tq.kv_batch_put(keys=sample_ids, partition_id=partition_id, fields=fields,
+                                     tags=tags, data_parser=data_parser)
+
+    def get_samples(self, sample_ids, partition_id, select_fields=None):
+        out = self._tq.kv_batch_get(keys=sample_ids, partition_id=partition_id,
+                                    select_fields=select_fields)
+        # All keys absent raises ValueError in TransferQueue itself. An empty result for a
+        # non-empty request therefore means a selected field is missing on some key.
+        if sample_ids and out.batch_size[0] == 0:
+            raise KeyError(f"select_fields {select_fields!r}: some field is missing on some of "
+                           f"the {len(sample_ids)} keys in partition {partition_id!r} "
+                           "(TransferQueue returned an empty TensorDict)")
+        if select_fields is not None:
+            absent = [f for f in select_fields if f not in out.keys()]
+            if absent:
+                raise KeyError(f"fields {absent!r} missing from the read of partition "
+                               f"{partition_id!r}")
+        return out
+
+    def clear_samples(self, sample_ids, partition_id):
+        if sample_ids is None:  # the protocol's "everything in the partition"
+            sample_ids = list(self._keys(partition_id))
+            if not sample_ids:
+                return None
+        return self._tq.kv_clear(keys=sample_ids, partition_id=partition_id)
+
+    def list_sample_ids(self, partition_id, with_tags=False):
+        """The protocol's list of ids; with_tags=True (InstrumentedTransferQueue.kv_list):
+        a _Listing, partition_id=None meaning every partition, as in kv_list."""
+        nested = self._tq.kv_list(partition_id)
+        if not with_tags:
+            return list(nested.get(partition_id, ()))
+        if partition_id is not None:
+            return _Listing.of(nested, nested.get(partition_id, {}))
+        return _Listing.of(nested, (((pid, k), tags) for pid, keys in nested.items()
+                                    for k, tags in keys.items()))
+
+    def returned_sample_ids(self, sample_ids, partition_id, result):
+        """The core's hook for a short read: the ids of the rows that came back, in order.
+
+        TransferQueue keeps the requested order and drops absent keys, so the present ids are
+        the requested ones that kv_list still knows. Logs the missing ones. Returns None when
+        the listing does not account for the rows (a key put or cleared in between): the
+        core then hands the guard the requested ids and it counts the rows unverified."""
+        live = self._keys(partition_id)
+        present = [k for k in sample_ids if k in live]
+        missing = [k for k in sample_ids if k not in live]
+        n = result.batch_size[0]
+        shown = ", ".join(map(str, missing[:MAX_LOGGED_IDS]))
+        more = f" (+{len(missing) - MAX_LOGGED_IDS} more)" if len(missing) > MAX_LOGGED_IDS else ""
+        log.warning("dpobs transferqueue: read of %d keys from partition %r returned %d rows; "
+                    "missing: %s%s", len(sample_ids), partition_id, n, shown, more)
+        return present if len(present) == n else None
+
+    def _keys(self, partition_id) -> dict:
+        return self._tq.kv_list(partition_id).get(partition_id, {})
+
+
+def _unrecord_digests(fields):
+    """A data_parser rewrites values inside TransferQueue, after the guard fingerprinted them:
+    store 'unrecorded' digests instead, so readers count these rows unverified, not corrupt
+    (and a stale digest from an earlier put of the same key is overwritten)."""
+    from .fingerprint import UNRECORDED_SENTINEL
+
+    names = [k for k in fields.keys() if _is_digest(k)]
+    if not names:
+        return fields
+    out = fields.copy()
+    for k in names:
+        out.set(k, out.get(k).clone().fill_(UNRECORDED_SENTINEL))
+    return out
+
+
+class InstrumentedTransferQueue:
+    """TransferQueue's module API with the kv_* functions measured by dpobs.
+
+    Differences from the bare module, all deliberate:
+      * kv_batch_get / kv_batch_get_by_meta raise KeyError where TransferQueue would return an
+        empty TensorDict (a selected field missing on some key): silence there loses rows.
+      * KVBatchMeta.fields from a put leaves out the guard's digest columns.
+    """
+
+    def __init__(self, tel, module=None):
+        self._tq = module if module is not None else _tq_module()
+        self.data_plane = TransferQueueDataPlane(self._tq)
+        self.client = tel.instrument(self.data_plane)
+        self._pool = None
+        self._pool_lock = threading.Lock()
+
+    def __getattr__(self, name):  # init, close, get_client, KVBatchMeta, ...: untouched
+        return getattr(self._tq, name)
+
+    def __repr__(self) -> str:
+        return f"InstrumentedTransferQueue({self._tq!r})"
+
+    # -- sync -------------------------------------------------------------------------
+    def kv_batch_put(self, keys, partition_id, fields=None, tags=None, data_parser=None):
+        meta = self.client.put_samples(keys, partition_id, fields, tags, data_parser=data_parser)
+        return _clean_meta(meta)
+
+    def kv_put(self, key, partition_id, fields=None, tag=None, data_parser=None):
+        if fields is not None:
+            fields = _one_row(fields)
+        tags = None if tag is None else [tag]
+        return self.kv_batch_put([key], partition_id, fields, tags, data_parser)
+
+    def kv_batch_get(self, keys, partition_id, select_fields=None):
+        select = None if select_fields is None else _as_list(select_fields)
+        return self.client.get_samples(_as_list(keys), partition_id, select)
+
+    def kv_batch_get_by_meta(self, meta, select_fields=None):
+        if meta.partition_id is None:
+            raise ValueError("Must provide partition_id in the input KVBatchMeta.")
+        if select_fields is None:
+            select = meta.fields
+        else:
+            select = _as_list(select_fields)
+            if meta.fields is None or any(f not in meta.fields for f in select):
+                raise ValueError(f"Some fields assigned in select_fields not found in the "
+                                 f"metadata. Assigned: {select}; Fields in KVBatchMeta: "
+                                 f"{meta.fields}.")
+        return self.kv_batch_get(meta.keys, meta.partition_id, select)
+
+    def kv_list(self, partition_id=None):
+        return self.client.list_sample_ids(partition_id, with_tags=True).nested
+
+    def kv_clear(self, keys, partition_id):
+        self.client.clear_samples(_as_list(keys), partition_id)
+
+    # -- async ------------------------------------------------------------------------
+    # The core's wrapper is synchronous. Rather than keep a second copy of its bookkeeping
+    # (guard hooks, digest retry, bytes, missing rows), the awaited call runs the same
+    # measured sync path on a worker thread; that path submits TransferQueue's own coroutine
+    # to its client loop and waits, exactly what the sync API does, so the duration recorded
+    # is the awaited TransferQueue call. The caller's event loop never blocks.
+    async def async_kv_batch_put(self, keys, partition_id, fields=None, tags=None,
+                                 data_parser=None):
+        return await self._run_async(self.kv_batch_put, keys, partition_id, fields, tags,
+                                     data_parser)
+
+    async def async_kv_put(self, key, partition_id, fields=None, tag=None, data_parser=None):
+        return await self._run_async(self.kv_put, key, partition_id, fields, tag, data_parser)
+
+    async def async_kv_batch_get(self, keys, partition_id, select_fields=None):
+        return await self._run_async(self.kv_batch_get, keys, partition_id, select_fields)
+
+    async def async_kv_batch_get_by_meta(self, meta, select_fields=None):
+        return await self._run_async(self.kv_batch_get_by_meta, meta, select_fields)
+
+    async def async_kv_list(self, partition_id=None):
+        return await self._run_async(self.kv_list, partition_id)
+
+    async def async_kv_clear(self, keys, partition_id):
+        return await self._run_async(self.kv_clear, keys, partition_id)
+
+    async def _run_async(self, fn, *args):
+        if self._pool is None:
+            with self._pool_lock:
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(ASYNC_WORKERS,
+                                                    thread_name_prefix="dpobs-tq-async")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, functools.partial(fn, *args))
+
+
+def _one_row(fields):
+    """kv_put's fields as a one-row TensorDict, the way TransferQueue builds it from a dict
+    (tensors unsqueezed, other values as a NonTensorStack), so the guard and byte count see
+    exactly what is stored."""
+    from tensordict import NonTensorStack, TensorDict
+    import torch
+
+    if isinstance(fields, dict):
+        batch = {}
+        for name, value in fields.items():
+            if isinstance(value, torch.Tensor):
+                if value.is_nested:
+                    raise ValueError("Please use (async)kv_batch_put for batch operation")
+                batch[name] = value.unsqueeze(0)
+            else:
+                batch[name] = NonTensorStack(value)
+        return TensorDict(batch, batch_size=[1])
+    if not isinstance(fields, TensorDict):
+        raise ValueError("`fields` can only be dict or TensorDict")
+    return fields
+
+
+def _clean_meta(meta):
+    fields = getattr(meta, "fields", None)
+    if fields:
+        meta.fields = [f for f in fields if not _is_digest(f)]
+    return meta
+
+
+def instrument(tel, module=None) -> InstrumentedTransferQueue:
+    """`transfer_queue` with its kv_* API measured by `tel` (one dpobs Telemetry)."""
+    return InstrumentedTransferQueue(tel, module)

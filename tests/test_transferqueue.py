@@ -1,0 +1,362 @@
+"""dpobs on a live TransferQueue 0.1.11 (local Ray, one storage unit, num_cpus=2).
+
+Ray and TransferQueue start once for the module (~30 s) and stop at its end, also on failure.
+Every TransferQueue call runs under a timeout (its sync API has none). The imports below are
+deliberately unconditional: without transferqueue these tests must fail, not skip.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import select
+import subprocess
+import sys
+import types
+
+import msgpack
+import pytest
+import torch
+import transfer_queue as tq
+from conftest import scrape, value
+from tensordict import NonTensorStack, TensorDict
+from tq_harness import call, start, stop
+
+import dpobs_otel as dpobs
+import dpobs_otel.transferqueue as dtq
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OPS = "dpobs_client_operation_duration_seconds_count"
+BYTES = "dpobs_client_transferred_bytes_total"
+KEYS = "dpobs_client_keys_total"
+MISSING = "dpobs_client_rows_missing_total"
+T = 60  # seconds: the timeout of one TransferQueue call
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    handle = start()  # stops what it started if it fails half way
+    try:
+        yield handle
+    finally:
+        stop()  # tq.close() (this process started it) + ray.shutdown()
+
+
+@pytest.fixture
+def make_tel(monkeypatch):
+    for var in ("DPOBS_ROLE", "DPOBS_RANK", "DPOBS_PORT", "DPOBS_HOST", "DPOBS_SD_DIR",
+                "DPOBS_VERIFY_TENSOR_HASH", "DPOBS_JOB"):
+        monkeypatch.delenv(var, raising=False)
+    made = []
+
+    def make(guard: bool):
+        t = dpobs.start(role="test", rank=0, port=0, verify_tensor_hash=guard)
+        made.append(t)
+        return t
+
+    yield make
+    for t in made:
+        t.shutdown()
+
+
+# -- independent truth ----------------------------------------------------------------
+def tensor_bytes(t: torch.Tensor) -> int:
+    if t.is_nested:  # row by row, as a user would count them
+        return sum(r.contiguous().nbytes for r in t.unbind())
+    return t.contiguous().nbytes
+
+
+def td_bytes(td) -> int:
+    total = 0
+    for k in td.keys():
+        v = td.get(k)
+        if isinstance(v, NonTensorStack):
+            total += len(msgpack.packb(v.tolist()))
+        else:
+            total += tensor_bytes(v)
+    return total
+
+
+def rows_of(t: torch.Tensor) -> list:
+    return [r.tolist() for r in t.unbind()]
+
+
+def batch(n: int, seed: int) -> TensorDict:
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, 30, (n,), generator=g).tolist()
+    return TensorDict({
+        "tok": torch.nested.nested_tensor([torch.randint(0, 1000, (k,), generator=g)
+                                           for k in lengths], layout=torch.jagged),
+        "adv": torch.randn(n, 3, generator=g).to(torch.bfloat16),
+        "mask": torch.rand(n, 7, generator=g) > 0.5,
+        "score": torch.randn(n, generator=g),
+        "text": NonTensorStack(*[f"prompt {seed}-{i} ünï" for i in range(n)]),
+    }, batch_size=[n])
+
+
+# -- 1. every op, exact numbers on /metrics ---------------------------------------------
+@pytest.mark.parametrize("guard", [False, True], ids=["plain", "guard"])
+def test_put_get_list_clear_exact_on_metrics(cluster, make_tel, guard):
+    tel = make_tel(guard)
+    q = dtq.instrument(tel)
+    pid = f"ops-{guard}"
+    n = 6
+    ids = [f"s{i}" for i in range(n)]
+    td = batch(n, 1)
+    tags = [{"step": 3, "rank": i, "src": "rollout"} for i in range(n)]
+    single = {"tok": torch.arange(5), "adv": torch.ones(3, dtype=torch.bfloat16),
+              "mask": torch.ones(7, dtype=torch.bool), "score": torch.tensor(1.5)}
+
+    meta = call(q.kv_batch_put, ids, pid, td, tags, timeout_s=T)
+    call(q.kv_put, "one", pid, single, {"r": 1}, timeout_s=T)
+    got = call(q.kv_batch_get, ids + ["one"], pid, ["tok", "adv", "mask", "score"], timeout_s=T)
+    got_text = call(q.kv_batch_get, ids, pid, "text", timeout_s=T)
+    listed = call(q.kv_list, pid, timeout_s=T)
+    s1 = scrape(tel)
+    call(q.kv_clear, ids + ["one"], pid, timeout_s=T)
+    s2 = scrape(tel)
+
+    # The data came back as put, and no digest column reaches the caller.
+    assert sorted(meta.fields) == ["adv", "mask", "score", "text", "tok"]
+    assert sorted(got.keys()) == ["adv", "mask", "score", "tok"]
+    assert rows_of(got["tok"])[:n] == rows_of(td["tok"])
+    assert rows_of(got["mask"])[:n] == td["mask"].tolist()
+    assert got_text["text"].tolist() == td["text"].tolist()
+    assert listed == {pid: {**{k: t for k, t in zip(ids, tags)}, "one": {"r": 1}}}
+
+    one_row = (5 * 8 + 3 * 2 + 7 + 4) + len(msgpack.packb([{"r": 1}]))
+    written = td_bytes(td) + len(msgpack.packb(tags)) + one_row
+    read = td_bytes(got) + td_bytes(got_text)
+    assert value(s1, OPS, op="put") == 2 and value(s1, KEYS, op="put") == n + 1
+    assert value(s1, BYTES, op="put", direction="write") == written
+    assert value(s1, OPS, op="get") == 2 and value(s1, KEYS, op="get") == 2 * n + 1
+    assert value(s1, BYTES, op="get", direction="read") == read
+    assert value(s1, MISSING, op="get") == 0
+    assert value(s1, OPS, op="list") == 1 and value(s1, KEYS, op="list") == n + 1
+    assert value(s1, "dpobs_client_outstanding_keys") == n + 1
+    assert value(s1, "dpobs_client_outstanding_size_bytes") == pytest.approx(written, abs=1)
+    assert value(s2, OPS, op="clear") == 1 and value(s2, KEYS, op="clear") == n + 1
+    assert value(s2, "dpobs_client_outstanding_keys") == 0
+    assert value(s2, "dpobs_client_outstanding_size_bytes") == 0
+    assert call(tq.kv_list, pid, timeout_s=T) == {pid: {}}
+    assert not any(k[0] == "dpobs_client_operation_errors_total" for k in s2)
+    if guard:
+        for f in ("tok", "adv", "mask", "score"):
+            assert value(s1, "dpobs_guard_rows_recorded_total", field=f) == n + 1
+            assert value(s1, "dpobs_guard_rows_checked_total", field=f) == n + 1
+            assert value(s1, "dpobs_guard_rows_mismatched_total", field=f) == 0
+            assert value(s1, "dpobs_guard_rows_unverified_total", field=f) == 0
+
+
+def test_async_variants_measured_like_sync(cluster, make_tel):
+    tel = make_tel(True)
+    q = dtq.instrument(tel)
+    pid = "async"
+    td = batch(4, 2).exclude("text")
+    ids = ["a0", "a1", "a2", "a3"]
+
+    async def session():
+        meta = await q.async_kv_batch_put(ids, pid, td)
+        await q.async_kv_put("a4", pid, {"score": torch.tensor(2.0)})
+        both = await asyncio.gather(q.async_kv_batch_get(ids, pid, ["tok", "adv"]),
+                                    q.async_kv_batch_get_by_meta(meta, "score"))
+        listed = await q.async_kv_list(pid)
+        await q.async_kv_clear(ids + ["a4"], pid)
+        return both, listed
+
+    (got, got_score), listed = call(asyncio.run, session(), timeout_s=2 * T)
+    s = scrape(tel)
+    assert rows_of(got["tok"]) == rows_of(td["tok"])
+    assert got_score["score"].tolist() == td["score"].tolist()
+    assert sorted(listed[pid]) == ids + ["a4"]
+    assert value(s, OPS, op="put") == 2 and value(s, OPS, op="get") == 2
+    assert value(s, OPS, op="list") == 1 and value(s, OPS, op="clear") == 1
+    assert value(s, BYTES, op="put", direction="write") == td_bytes(td) + 4
+    assert value(s, BYTES, op="get", direction="read") == td_bytes(got) + td_bytes(got_score)
+    assert value(s, "dpobs_guard_rows_checked_total", field="tok") == 4
+    assert value(s, "dpobs_guard_rows_mismatched_total", field="tok") == 0
+    assert value(s, "dpobs_client_outstanding_keys") == 0
+
+
+# -- 2. missing rows and fields -----------------------------------------------------------
+def test_short_read_counts_missing_row_and_keeps_attribution(cluster, make_tel, caplog):
+    tel = make_tel(True)
+    q = dtq.instrument(tel)
+    pid = "short"
+    td = batch(3, 3).exclude("text")
+    call(q.kv_batch_put, ["a", "b", "c"], pid, td, timeout_s=T)
+    with caplog.at_level(logging.WARNING, logger="dpobs_otel.transferqueue"):
+        got = call(q.kv_batch_get, ["a", "ghost", "b", "c"], pid, ["tok"], timeout_s=T)
+    s = scrape(tel)
+    assert got.batch_size[0] == 3
+    assert value(s, MISSING, op="get") == 1
+    assert value(s, KEYS, op="get") == 4
+    assert value(s, BYTES, op="get", direction="read") == tensor_bytes(got["tok"])
+    assert "missing: ghost" in caplog.text
+    # The three rows were salted with their own ids (a, b, c), not the requested list's.
+    assert value(s, "dpobs_guard_rows_checked_total", field="tok") == 3
+    assert value(s, "dpobs_guard_rows_mismatched_total", field="tok") == 0
+    assert value(s, "dpobs_guard_rows_unverified_total", field="tok") == 0
+
+    # Corrupt c behind the client's back: the mismatch is pinned on c, past the gap.
+    bad = td["tok"][2].clone()
+    bad[0] += 1
+    call(tq.kv_batch_put, keys=["c"], partition_id=pid, timeout_s=T,
+         fields=TensorDict({"tok": torch.nested.nested_tensor([bad], layout=torch.jagged)},
+                           batch_size=[1]))
+    with caplog.at_level(logging.ERROR, logger="dpobs_otel.guard"):
+        call(q.kv_batch_get, ["a", "ghost", "c"], pid, ["tok"], timeout_s=T)
+    s = scrape(tel)
+    assert value(s, MISSING, op="get") == 2
+    assert value(s, "dpobs_guard_rows_mismatched_total", field="tok") == 1
+    assert "field=tok sample_id=c row=1" in caplog.text
+    call(q.kv_clear, ["a", "b", "c"], pid, timeout_s=T)
+
+
+def test_missing_field_is_keyerror_and_undigested_rows_unverified(cluster, make_tel):
+    tel = make_tel(True)
+    q = dtq.instrument(tel)
+    pid = "fields"
+    td = batch(2, 4).exclude("text")
+    call(tq.kv_batch_put, keys=["raw0", "raw1"], partition_id=pid, fields=td, timeout_s=T)
+    call(q.kv_batch_put, ["dig0"], pid, batch(1, 5).exclude("text"), timeout_s=T)
+    # raw* carry no digest column: TransferQueue answers the digest select with an empty
+    # TensorDict, the adapter makes that a KeyError, the core re-reads without digests.
+    got = call(q.kv_batch_get, ["raw0", "dig0", "raw1"], pid, ["score"], timeout_s=T)
+    assert got.batch_size[0] == 3
+    assert got["score"][[0, 2]].tolist() == td["score"].tolist()
+    with pytest.raises(KeyError):
+        call(q.kv_batch_get, ["raw0", "dig0"], pid, ["nobody_has_this"], timeout_s=T)
+    s = scrape(tel)
+    assert value(s, "dpobs_guard_rows_unverified_total", field="score") == 3
+    assert value(s, "dpobs_guard_rows_checked_total", field="score") == 0
+    assert value(s, "dpobs_guard_rows_mismatched_total", field="score") == 0
+    assert value(s, OPS, op="get") == 2
+    assert value(s, "dpobs_client_operation_errors_total", op="get", error_type="KeyError") == 1
+    call(q.kv_clear, ["raw0", "raw1", "dig0"], pid, timeout_s=T)
+
+
+# -- 3. writer and reader in other processes ------------------------------------------------
+N_WIRE = 8
+PID_WIRE = "wire"
+
+_WRITER = """
+import json, sys, torch
+sys.path.insert(0, {here!r})
+from tq_harness import attach, detach, call
+import dpobs_otel as dpobs, dpobs_otel.transferqueue as dtq
+from tensordict import TensorDict
+attach({address!r})
+tel = dpobs.start(role="writer", rank=0, port=0, verify_tensor_hash=True)
+try:
+    n, g = {n}, torch.Generator().manual_seed(7)
+    td = TensorDict({{
+        "dense": torch.randint(0, 50000, (n, 12), generator=g),
+        "bf": torch.randn(n, 5, generator=g).bfloat16(),
+        "mask": torch.rand(n, 9, generator=g) > 0.5,
+        "img": torch.randn(n, 4, 2, generator=g),
+        "one": torch.randint(0, 9, (n, 1), generator=g),
+        "score": torch.randn(n, generator=g),
+        "tok": torch.nested.nested_tensor(
+            [torch.randint(0, 9, (k,), generator=g) for k in range(1, n + 1)],
+            layout=torch.jagged),
+    }}, batch_size=[n])
+    q = dtq.instrument(tel)
+    call(q.kv_batch_put, [f"w{{i}}" for i in range(n)], {pid!r}, td, timeout_s=60)
+finally:
+    tel.shutdown()
+    detach()
+print("written", flush=True)
+"""
+
+_READER = """
+import json, sys
+sys.path.insert(0, {here!r})
+from tq_harness import attach, detach, call
+import dpobs_otel as dpobs, dpobs_otel.transferqueue as dtq
+attach({address!r})
+tel = dpobs.start(role="reader", rank=0, port=0, verify_tensor_hash=True)
+try:
+    q = dtq.instrument(tel)
+    print(json.dumps({{"endpoint": tel.endpoint}}), flush=True)
+    for line in sys.stdin:
+        if line.strip() != "read":
+            break
+        got = call(q.kv_batch_get, [f"w{{i}}" for i in range({n})], {pid!r}, timeout_s=60)
+        print(json.dumps({{"rows": got.batch_size[0], "fields": sorted(got.keys())}}), flush=True)
+finally:
+    tel.shutdown()
+    detach()
+"""
+
+
+def _readline(proc, timeout_s: float) -> str:
+    ready, _, _ = select.select([proc.stdout], [], [], timeout_s)
+    if not ready:
+        raise TimeoutError(f"no answer from pid {proc.pid} within {timeout_s}s")
+    line = proc.stdout.readline()
+    if not line:
+        raise RuntimeError(f"pid {proc.pid} exited (rc={proc.wait(10)}): {proc.stderr.read()[-3000:]}")
+    return line
+
+
+def test_reader_process_verifies_writer_process_digests(cluster, tmp_path):
+    fmt = dict(here=HERE, address=cluster.ray_address, n=N_WIRE, pid=PID_WIRE)
+    err = open(tmp_path / "reader.err", "w+")
+    procs = []
+    try:
+        # Both children start together (each pays ~8 s to import and attach).
+        reader = subprocess.Popen([sys.executable, "-c", _READER.format(**fmt)], text=True,
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
+        procs.append(reader)
+        writer = subprocess.run([sys.executable, "-c", _WRITER.format(**fmt)], text=True,
+                                capture_output=True, timeout=180)
+        assert writer.returncode == 0 and "written" in writer.stdout, writer.stderr[-3000:]
+        endpoint = json.loads(_readline(reader, 120))["endpoint"]
+        at = types.SimpleNamespace(endpoint=endpoint)
+
+        def read() -> dict:
+            reader.stdin.write("read\n")
+            reader.stdin.flush()
+            out = json.loads(_readline(reader, 60))
+            assert out["rows"] == N_WIRE
+            assert "__dpobs" not in " ".join(out["fields"])
+            return scrape(at)
+
+        fields = ("dense", "bf", "mask", "img", "one", "score", "tok")
+        s = read()
+        for f in fields:  # the writer's digests, recomputed by another process: all clean
+            assert value(s, "dpobs_guard_rows_checked_total", field=f) == N_WIRE, f
+            assert value(s, "dpobs_guard_rows_mismatched_total", field=f) == 0, f
+            assert value(s, "dpobs_guard_rows_unverified_total", field=f) == 0, f
+        assert not any(k[0].startswith(("dpobs_guard_fields_skipped", "dpobs_guard_failures"))
+                       for k in s)
+
+        # A third, uninstrumented client rewrites one element of w3's dense row in place.
+        row = call(tq.kv_batch_get, keys=["w3"], partition_id=PID_WIRE,
+                   select_fields=["dense"], timeout_s=T)["dense"].unbind()[0].clone()
+        row[5] += 1
+        call(tq.kv_batch_put, keys=["w3"], partition_id=PID_WIRE, timeout_s=T,
+             fields=TensorDict({"dense": row.unsqueeze(0)}, batch_size=[1]))
+
+        s = read()
+        assert value(s, "dpobs_guard_rows_mismatched_total", field="dense") == 1
+        for f in fields:
+            assert value(s, "dpobs_guard_rows_checked_total", field=f) == 2 * N_WIRE, f
+            if f != "dense":
+                assert value(s, "dpobs_guard_rows_mismatched_total", field=f) == 0, f
+        reader.stdin.write("exit\n")
+        reader.stdin.flush()
+        assert reader.wait(60) == 0
+        err.seek(0)
+        log = err.read()
+        assert "fingerprint mismatch: field=dense sample_id=w3 row=3" in log
+        assert log.count("fingerprint mismatch") == 1
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(30)
+        err.close()
+        call(tq.kv_clear, [f"w{i}" for i in range(N_WIRE)], PID_WIRE, timeout_s=T)
