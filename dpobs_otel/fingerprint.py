@@ -10,14 +10,15 @@ The fingerprint of one row of one field is a 64-bit integer (stored as a signed 
     A       a polynomial over the limbs, base R, mod 2^64:
                 A = sum_i (lo_i + R*hi_i) * R^(2i)  =  sum_k limb_k * R^k
             computed per word as  y_i = w_i + (R - 2^32) * hi_i ,  A = sum_i y_i * R^(2i)
-    salt    S = fmix64(fmix64(F + L * G) ^ I)
+    salt    S = I xor (F + L*G)
                 F  = h64(field name, dtype, row rank, row shape past the leading dim)
                 L  = the row's leading length (0 for a scalar row)
                 I  = h64(partition id, sample id)
-    digest  fmix64(A + S)
+    digest  A + S  (mod 2^64)
 
-fmix64 is MurmurHash3's finaliser (a bijection), h64 is an 8-byte blake2b (stable across
-processes, unlike hash()), G is the 64-bit golden ratio. R is odd with R = 11 (mod 16).
+h64 is an 8-byte blake2b (stable across processes, unlike hash()), G is the odd 64-bit golden
+ratio, R is odd with R = 11 (mod 16). No finaliser: equality of digests is all the guard
+compares, and a bijection applied on top would not change which inputs collide.
 
 Why these choices (see docs/guard.md for the arithmetic):
   * A limb difference is smaller than 2^32, so its 2-adic valuation is at most 31; R is odd.
@@ -75,10 +76,6 @@ _R2 = (_R * _R) & _M64
 _R2_INV = pow(_R2, -1, 1 << 64)
 _K = _s64(_R - (1 << 32))  # y = w + K*hi  ==  lo + R*hi  (mod 2^64)
 _G = _s64(0x9E3779B97F4A7C15)
-_C1 = 0xFF51AFD7ED558CCD
-_C2 = 0xC4CEB9FE1A85EC53
-_C1S, _C2S = _s64(_C1), _s64(_C2)
-_LSR33_MASK = (1 << 31) - 1
 
 # Words per chunk on the CPU: the working set of one chunk (3 int64 buffers) stays in cache and
 # each elementwise op stays under torch's parallel grain size. Accelerators run in one chunk.
@@ -99,16 +96,6 @@ class UnsupportedField(Exception):
 # ----------------------------------------------------------------------------- scalar helpers
 
 
-def _fmix_py(x: int) -> int:
-    x &= _M64
-    x ^= x >> 33
-    x = (x * _C1) & _M64
-    x ^= x >> 33
-    x = (x * _C2) & _M64
-    x ^= x >> 33
-    return x
-
-
 def _h64(*parts: str) -> int:
     data = "\x00".join(parts).encode("utf-8", "surrogatepass")
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
@@ -120,19 +107,6 @@ def _field_salt(field: str, dtype: torch.dtype, row_shape: Sequence[int]) -> int
 
 
 # ----------------------------------------------------------------------------- tensor helpers
-
-
-def _lsr(x: torch.Tensor, s: int) -> torch.Tensor:
-    """Logical right shift of int64: arithmetic shift, then mask off the sign copies."""
-    return torch.bitwise_and(torch.bitwise_right_shift(x, s), (1 << (64 - s)) - 1)
-
-
-def _fmix_t(x: torch.Tensor) -> torch.Tensor:
-    x = x ^ _lsr(x, 33)
-    x = x * _C1S
-    x = x ^ _lsr(x, 33)
-    x = x * _C2S
-    return x ^ _lsr(x, 33)
 
 
 class _PowerTables:
@@ -239,14 +213,18 @@ def _poly_flat(words: torch.Tensor, woff: torch.Tensor) -> torch.Tensor:
     woff = woff.to(device=dev, dtype=torch.int64)
     if dev.type == "cpu":
         offs = woff.tolist()
-        chunks, bases = [], []
-        r0 = 0
-        for r in range(1, n + 1):  # greedy row-aligned chunks of about CPU_CHUNK_WORDS words
-            if offs[r] - offs[r0] >= CPU_CHUNK_WORDS or r == n:
-                chunks.append((r0, r))
-                bases.extend([offs[r0]] * (r - r0))
-                r0 = r
-        base = torch.tensor(bases, dtype=torch.int64)
+        if offs[-1] - offs[0] <= CPU_CHUNK_WORDS:
+            chunks = [(0, n)]
+            base = torch.full((n,), offs[0], dtype=torch.int64)
+        else:
+            chunks, bases = [], []
+            r0 = 0
+            for r in range(1, n + 1):  # greedy row-aligned chunks of about CPU_CHUNK_WORDS
+                if offs[r] - offs[r0] >= CPU_CHUNK_WORDS or r == n:
+                    chunks.append((r0, r))
+                    bases.extend([offs[r0]] * (r - r0))
+                    r0 = r
+            base = torch.tensor(bases, dtype=torch.int64)
         longest = max(offs[r1] - offs[r0] for r0, r1 in chunks)
     else:
         chunks = [(0, n)]
@@ -357,11 +335,18 @@ def id_salts(sample_ids: Sequence[str], partition_id: str, device="cpu") -> torc
 
 
 def _finish(acc: torch.Tensor, field: str, dtype, row_shape, lead, ids: torch.Tensor):
-    f = _s64(_field_salt(field, dtype, row_shape))
-    if not isinstance(lead, torch.Tensor):
-        lead = torch.full_like(acc, int(lead))
-    s = _fmix_t(_fmix_t(lead.to(acc.device) * _G + f) ^ ids.to(acc.device))
-    return _fmix_t(acc + s)
+    """digest = A + (I xor (F + L*G)), all mod 2^64.
+
+    For a fixed sample, A -> digest is a bijection and (F, L) -> salt is injective in L, so a
+    change to the words or to the leading length always moves the digest; for fixed words,
+    a different sample or partition id always moves it (xor with I is a bijection)."""
+    f = _field_salt(field, dtype, row_shape)
+    ids = ids.to(acc.device)
+    if isinstance(lead, torch.Tensor):
+        salt = torch.bitwise_xor(lead.to(acc.device) * _G + _s64(f), ids)
+    else:
+        salt = torch.bitwise_xor(ids, _s64(int(lead) * _G + f))
+    return acc.add_(salt)
 
 
 def field_digests(value: torch.Tensor, field: str, ids: torch.Tensor) -> torch.Tensor:
@@ -424,5 +409,4 @@ def reference_digest(row: torch.Tensor, field: str, sample_id: str, partition_id
     f = _field_salt(field, row.dtype, shape)
     lead = shape[0] if shape else 0
     i = _h64("dpobs-id-v1", str(partition_id), str(sample_id))
-    s = _fmix_py(_fmix_py(lead * _G + f) ^ i)
-    return _s64(_fmix_py(acc + s))
+    return _s64(acc + (i ^ ((lead * _G + f) & _M64)))
