@@ -168,7 +168,10 @@ class InstrumentedTransferQueue:
         self._pool_lock = threading.Lock()
 
     def __getattr__(self, name):  # init, close, get_client, KVBatchMeta, ...: untouched
-        return getattr(self._tq, name)
+        tq = self.__dict__.get("_tq")  # not self._tq: no recursion before __init__ has run
+        if tq is None:
+            raise AttributeError(name)
+        return getattr(tq, name)
 
     def __repr__(self) -> str:
         return f"InstrumentedTransferQueue({self._tq!r})"

@@ -113,6 +113,7 @@ def test_put_get_list_clear_exact_on_metrics(cluster, make_tel, guard):
     got = call(q.kv_batch_get, ids + ["one"], pid, ["tok", "adv", "mask", "score"], timeout_s=T)
     got_text = call(q.kv_batch_get, ids, pid, "text", timeout_s=T)
     listed = call(q.kv_list, pid, timeout_s=T)
+    everything = call(q.kv_list, timeout_s=T)  # all partitions: keys counted, not partitions
     s1 = scrape(tel)
     call(q.kv_clear, ids + ["one"], pid, timeout_s=T)
     s2 = scrape(tel)
@@ -133,7 +134,9 @@ def test_put_get_list_clear_exact_on_metrics(cluster, make_tel, guard):
     assert value(s1, OPS, op="get") == 2 and value(s1, KEYS, op="get") == 2 * n + 1
     assert value(s1, BYTES, op="get", direction="read") == read
     assert value(s1, MISSING, op="get") == 0
-    assert value(s1, OPS, op="list") == 1 and value(s1, KEYS, op="list") == n + 1
+    assert everything[pid] == listed[pid]
+    assert value(s1, OPS, op="list") == 2
+    assert value(s1, KEYS, op="list") == n + 1 + sum(len(v) for v in everything.values())
     assert value(s1, "dpobs_client_outstanding_keys") == n + 1
     assert value(s1, "dpobs_client_outstanding_size_bytes") == pytest.approx(written, abs=1)
     assert value(s2, OPS, op="clear") == 1 and value(s2, KEYS, op="clear") == n + 1
