@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from prometheus_client.parser import text_string_to_metric_families
 
 from .stack import Stack, binaries
-from .workload import Config, Workload
+from .workload import Config, Durations, Workload
 
 MB = 1e6
 
@@ -108,12 +108,12 @@ def merge(truths) -> dict:
         for k, v in t["bytes"].items():
             out["bytes"][k] = out["bytes"].get(k, 0) + v
         for op, d in t["ops"].items():
-            out["ops"].setdefault(op, []).extend(d)
+            out["ops"].setdefault(op, Durations()).merge(d)
     return out
 
 
 def dp_seconds(t: dict) -> float:
-    return sum(sum(d) for d in t["ops"].values())
+    return sum(d.total for d in t["ops"].values())
 
 
 def frac_of_step(t: dict) -> float:
@@ -122,12 +122,12 @@ def frac_of_step(t: dict) -> float:
 
 def op_shares(t: dict) -> dict[str, float]:
     total = dp_seconds(t)
-    return {op: sum(d) / total for op, d in t["ops"].items()} if total else {}
+    return {op: d.total / total for op, d in t["ops"].items()} if total else {}
 
 
 def quantile(values, q: float) -> float:
-    """Linear interpolation between closest ranks."""
-    v = sorted(values)
+    """Linear interpolation between closest ranks (of a Durations' sample, or a list)."""
+    v = sorted(getattr(values, "kept", values))
     if not v:
         return float("nan")
     x = q * (len(v) - 1)
@@ -188,11 +188,11 @@ def report(res: Result, stack: Stack | None, cfg: Config) -> str:
                  f"{'p99':>8}{'MB':>10}{'share':>8}")
     dp_t = dp_seconds(total)
     dp_m = sum(o["seconds"] for o in mops.values())
-    for op in sorted(total["ops"], key=lambda o: -sum(total["ops"][o])):
+    for op in sorted(total["ops"], key=lambda o: -total["ops"][o].total):
         d = total["ops"][op]
         nbytes = sum(v for (o, _), v in total["bytes"].items() if o == op)
-        lines.append(_oprow(op, "truth", len(d), sum(d), [quantile(d, q) for q in
-                            (0.5, 0.9, 0.99)], nbytes, sum(d) / dp_t))
+        lines.append(_oprow(op, "truth", len(d), d.total, [quantile(d, q) for q in
+                            (0.5, 0.9, 0.99)], nbytes, d.total / dp_t))
         m = mops.get(op, {"calls": 0, "seconds": 0.0, "buckets": {}, "bytes": 0})
         lines.append(_oprow("", "metrics", m["calls"], m["seconds"],
                             [bucket_quantile(m["buckets"], q) for q in (0.5, 0.9, 0.99)],
@@ -297,7 +297,7 @@ class Progress:
         self.tty = stream.isatty()
         self._last = float("-inf")  # the first step always prints
 
-    def __call__(self, step: int, dt: float, elapsed: float) -> None:
+    def __call__(self, step: int, dt: float, elapsed: float, *_) -> None:
         if not self.tty and elapsed - self._last < 5:
             return
         self._last = elapsed

@@ -12,9 +12,11 @@ scrape that quiescent state before the measured steps start. Rates then begin at
 point, so rate ratios can be compared with the truth of the measured steps alone."""
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import queue as queue_mod
+import random
 import signal
 import threading
 import time
@@ -52,6 +54,7 @@ class Config:
     host: str = "127.0.0.1"
     advertise_host: str | None = None
     seed: int = 0
+    alternate: bool = False  # the overhead benchmark: every other step without dpobs
 
     def roles(self) -> list[tuple[str, int]]:
         return ([("rollout", 0)] + [("trainer", r) for r in range(self.trainers)]
@@ -113,6 +116,34 @@ def truth_nbytes(td: TensorDict) -> int:
     return total
 
 
+class Durations:
+    """Every call's count and total, and a uniform sample of at most CAP of them for the
+    quantiles, so a run until stopped (--duration 0) does not grow without bound."""
+    CAP = 100_000
+
+    def __init__(self):
+        self.n, self.total, self.kept = 0, 0.0, []
+        self._rng = random.Random(0)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def add(self, seconds: float) -> None:
+        self.n += 1
+        self.total += seconds
+        if len(self.kept) < self.CAP:
+            self.kept.append(seconds)
+        else:  # reservoir sampling: every call so far kept with equal probability
+            i = self._rng.randrange(self.n)
+            if i < self.CAP:
+                self.kept[i] = seconds
+
+    def merge(self, other: "Durations") -> None:
+        self.n += other.n
+        self.total += other.total
+        self.kept += other.kept  # a report's merge: bounded by the processes' caps
+
+
 class Timed:
     """The raw store client, timing the calls the workload itself makes: the ground truth of
     data-plane time. Ops outside `ops` (dpobs's own occupancy reconciliation) pass untimed."""
@@ -120,14 +151,14 @@ class Timed:
     def __init__(self, inner, ops: set[str]):
         self._inner = inner
         self._ops = ops
-        self.durations: dict[str, list[float]] = {}
+        self.durations: dict[str, Durations] = {}
 
     def __getattr__(self, name):
         fn = getattr(self._inner, name)
         op = OPS.get(name)
         if op not in self._ops:
             return fn
-        record = self.durations.setdefault(op, []).append
+        record = self.durations.setdefault(op, Durations()).add
 
         def timed(*args, **kwargs):
             t = perf_counter()
@@ -215,33 +246,59 @@ def _wait_parent(event) -> None:
             raise SystemExit(1)
 
 
+def metrics_on(step: int, seed: int = 0) -> bool:
+    """Benchmark mode: measured steps pair up (1, 2), (3, 4), ...; one of each pair runs with
+    dpobs, the other without, in a seeded random order so neither always goes first."""
+    pair = (step - 1) // 2
+    return (step % 2 == 1) == (random.Random(seed * 1_000_003 + pair).random() < 0.5)
+
+
+class _Off:
+    """dpobs switched off for a step: no step or codec measurement."""
+    @staticmethod
+    def step():
+        return contextlib.nullcontext()
+
+    @staticmethod
+    def codec(stage):
+        return contextlib.nullcontext()
+
+
 class _Worker:
     def __init__(self, role, rank, cfg, tel, client, raw, truth, sync, out):
         self.role, self.rank, self.cfg = role, rank, cfg
-        self.tel, self.client, self.raw, self.truth = tel, client, raw, truth
+        self.raw, self.truth = raw, truth
+        self.on = (tel, client)
+        self.off = (_Off, truth.timed)  # the benchmark's baseline: the same calls, no dpobs
         self.sync, self.out = sync, out
         self.gen = torch.Generator().manual_seed(cfg.seed)
         n, t = cfg.batch_size, cfg.trainers
         self.shard = slice(rank * n // t, (rank + 1) * n // t)
 
     def loop(self) -> None:
-        sync, step = self.sync, 0
+        sync, step, t_prev, prev_on = self.sync, 0, 0.0, True
         while True:
             if self.role == "rollout":
                 sync.go.value = self._decide(step)
             sync.barrier.wait()
+            now = perf_counter()
+            if self.role == "rollout" and step >= 2:
+                # A step's cycle, barrier to barrier: every role's work for it, the driver's
+                # clear included. The warm-up's cycle holds the wait for a scrape: not sent.
+                self.out.put(("step", step - 1, now - t_prev, prev_on))
+            t_prev = now
             if not sync.go.value:
                 return
+            prev_on = step == 0 or not self.cfg.alternate or metrics_on(step, self.cfg.seed)
+            self.dp, self.client = self.on if prev_on else self.off
             t0 = perf_counter()
-            with self.tel.step():
+            with self.dp.step():
                 getattr(self, self.role)(step)
             dt = perf_counter() - t0
             self.truth.steps += 1
             self.truth.step_s += dt
             if step == 0:
                 self.out.put(("warm", self.role, self.rank, self.truth.take()))
-            elif self.role == "rollout":
-                self.out.put(("step", step, dt))
             step += 1
 
     def _decide(self, step: int) -> bool:
@@ -254,7 +311,7 @@ class _Worker:
 
     def rollout(self, step: int) -> None:
         rows = make_rows(step, self.cfg, self.gen)
-        with self.tel.codec("pack"):
+        with self.dp.codec("pack"):
             batch = pack(rows)
         ids = sample_ids(step, self.cfg.batch_size)
         self.client.put_samples(ids, PARTITION, batch)
@@ -276,7 +333,7 @@ class _Worker:
         for fields in (FIELDS_LOGPROB_PASS, FIELDS_TRAIN_PASS):
             td = self.client.get_samples(ids, PARTITION, fields)
             self.truth.moved("get", "read", truth_nbytes(td))
-            with self.tel.codec("unpack"):
+            with self.dp.codec("unpack"):
                 seqs = unpack(td)
             if "advantages" in seqs:  # a token-level policy-gradient surrogate, for realism
                 sum(float(a) * float((lp * m).sum()) for a, lp, m in
@@ -347,14 +404,15 @@ class Workload:
 
     def run(self, on_step=None) -> dict:
         """The measured steps, until cfg.steps, cfg.duration or stop(). Returns each process's
-        truth; the processes keep their endpoints up until close()."""
+        truth; the processes keep their endpoints up until close(). on_step(step, cycle_s,
+        elapsed_s, metrics_on) follows each step."""
         self.sync.measure.set()
         t0 = time.monotonic()
         dur = self.cfg.duration
 
         def tick(msg):
             if msg[0] == "step" and on_step is not None:
-                on_step(msg[1], msg[2], time.monotonic() - t0)
+                on_step(msg[1], msg[2], time.monotonic() - t0, msg[3])
             if dur and time.monotonic() - t0 >= dur:
                 self.stop()
         return self._collect("done", self.truth, None, tick)

@@ -21,8 +21,8 @@ import dpobs_otel as dpobs
 from dpobs_otel import demo
 from dpobs_otel.sizing import payload_nbytes
 from dpobs_otel.stack import _ts, prometheus_config
-from dpobs_otel.workload import (PARTITION, ROLE_OPS, Config, Sync, Timed, Truth, _Worker,
-                                 make_rows, pack, truth_nbytes, unpack)
+from dpobs_otel.workload import (PARTITION, ROLE_OPS, Config, Durations, Sync, Timed, Truth,
+                                 _Worker, make_rows, metrics_on, pack, truth_nbytes, unpack)
 
 CFG = Config(batch_size=12, min_len=3, max_len=9, trainers=2, latency_s=0.0)
 
@@ -144,15 +144,37 @@ def test_corrupting_one_row_is_caught_by_the_guard():
         cfg.batch_size * 4  # the warm-up and three measured train passes
 
 
+def test_durations_stay_bounded_and_exact_in_count_and_total():
+    d = Durations()
+    d.CAP = 10
+    for i in range(1000):
+        d.add(float(i))
+    assert len(d) == 1000 and d.total == sum(range(1000)) and len(d.kept) == 10
+    assert max(d.kept) > 100  # the sample keeps drawing from later calls
+
+
+def test_benchmark_pairs_one_step_on_one_off_in_either_order():
+    pairs = [(metrics_on(s), metrics_on(s + 1)) for s in range(1, 200, 2)]
+    assert all(a != b for a, b in pairs)
+    assert 20 < sum(a for a, _ in pairs) < 80
+
+
 def test_truth_arithmetic():
+    def durations(*xs):
+        d = Durations()
+        for x in xs:
+            d.add(x)
+        return d
+
     a = {"steps": 2, "step_s": 4.0, "bytes": {("get", "read"): 10},
-         "ops": {"get": [0.5, 0.5], "put": [1.0]}}
-    b = {"steps": 1, "step_s": 2.0, "bytes": {("get", "read"): 5}, "ops": {"get": [1.0]}}
+         "ops": {"get": durations(0.5, 0.5), "put": durations(1.0)}}
+    b = {"steps": 1, "step_s": 2.0, "bytes": {("get", "read"): 5}, "ops": {"get": durations(1.0)}}
     m = demo.merge([a, b])
     assert m["steps"] == 3 and m["bytes"] == {("get", "read"): 15}
     assert demo.frac_of_step(m) == pytest.approx(3.0 / 6.0)
     assert demo.op_shares(m) == pytest.approx({"get": 2 / 3, "put": 1 / 3})
     assert demo.quantile([1, 2, 3, 4], 0.5) == 2.5
+    assert demo.quantile(m["ops"]["get"], 0.5) == 0.5 and len(m["ops"]["get"]) == 3
     # histogram_quantile: rank 0.5*10=5 lies halfway through the (1, 2] bucket
     assert demo.bucket_quantile({1.0: 4, 2.0: 6, float("inf"): 10}, 0.5) == 1.5
     assert demo.bucket_quantile({1.0: 4, float("inf"): 10}, 0.9) == 1.0
