@@ -298,7 +298,7 @@ class Progress:
         self._last = float("-inf")  # the first step always prints
 
     def __call__(self, step: int, dt: float, elapsed: float, *_) -> None:
-        if not self.tty and elapsed - self._last < 5:
+        if not self.tty and elapsed - self._last < 10:
             return
         self._last = elapsed
         cfg = self.cfg

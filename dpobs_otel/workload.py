@@ -276,7 +276,7 @@ class _Worker:
         self.shard = slice(rank * n // t, (rank + 1) * n // t)
 
     def loop(self) -> None:
-        sync, step, t_prev, prev_on = self.sync, 0, 0.0, True
+        sync, step, t_prev, on = self.sync, 0, 0.0, True
         while True:
             if self.role == "rollout":
                 sync.go.value = self._decide(step)
@@ -285,12 +285,12 @@ class _Worker:
             if self.role == "rollout" and step >= 2:
                 # A step's cycle, barrier to barrier: every role's work for it, the driver's
                 # clear included. The warm-up's cycle holds the wait for a scrape: not sent.
-                self.out.put(("step", step - 1, now - t_prev, prev_on))
+                self.out.put(("step", step - 1, now - t_prev, on))
             t_prev = now
             if not sync.go.value:
                 return
-            prev_on = step == 0 or not self.cfg.alternate or metrics_on(step, self.cfg.seed)
-            self.dp, self.client = self.on if prev_on else self.off
+            on = step == 0 or not self.cfg.alternate or metrics_on(step, self.cfg.seed)
+            self.dp, self.client = self.on if on else self.off
             t0 = perf_counter()
             with self.dp.step():
                 getattr(self, self.role)(step)

@@ -196,8 +196,8 @@ def test_progress_without_a_terminal_prints_plain_lines():
     s = io.StringIO()
     bar = demo.Progress(Config(steps=10), s)
     bar(1, 0.1, 0.1)
-    bar(2, 0.1, 1.0)  # within 5 s of the last line: quiet
-    bar(9, 0.1, 6.0)
+    bar(2, 0.1, 1.0)  # within 10 s of the last line: quiet
+    bar(9, 0.1, 11.0)
     lines = s.getvalue().splitlines()
     assert len(lines) == 2 and lines[1].startswith("[" + "#" * 27) and "9/10 steps" in lines[1]
 
