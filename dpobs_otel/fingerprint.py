@@ -177,23 +177,37 @@ def _chunk_words(device) -> int:
     return CPU_CHUNK_WORDS if torch.device(device).type == "cpu" else 1 << 62
 
 
+def _run_chunks(body, n_chunks: int) -> None:
+    """body(i) for every chunk, in order. On the CPU each chunk stays under torch's parallel
+    grain size, so every op runs on the calling thread: no OpenMP barrier to stall on when the
+    machine is busy (measured: a 32k-word op that goes parallel on a loaded 2-core box can
+    take 100x longer). A thread pool over chunks was measured slower still on that box."""
+    for i in range(n_chunks):
+        body(i)
+
+
 def _poly_dense(words: torch.Tensor) -> torch.Tensor:
     """A for every row of an (N, m) int64 word matrix."""
     n, m = words.shape
-    out = torch.zeros(n, dtype=torch.int64, device=words.device)
+    dev = words.device
+    out = torch.zeros(n, dtype=torch.int64, device=dev)
     if n == 0 or m == 0:
         return out
-    tpow, _ = _TABLES.get(m, words.device)
+    tpow, _ = _TABLES.get(m, dev)
     tp = tpow[:m]
-    step = max(1, _chunk_words(words.device) // m)
-    buf = torch.empty((min(step, n), m), dtype=torch.int64, device=words.device)
-    for i in range(0, n, step):
+    step = max(1, _chunk_words(dev) // m)
+    buf = torch.empty((min(step, n), m), dtype=torch.int64, device=dev)
+
+    def body(c: int) -> None:
+        i = c * step
         w = words[i:i + step]
         y = buf[: w.shape[0]]
         torch.bitwise_right_shift(w, 32, out=y)  # hi, sign-extended
         torch.add(w, y, alpha=_K, out=y)  # lo + R*hi
         y.mul_(tp)
         torch.sum(y, 1, out=out[i:i + step])
+
+    _run_chunks(body, (n + step - 1) // step)
     return out
 
 
@@ -219,42 +233,49 @@ def _poly_flat(words: torch.Tensor, woff: torch.Tensor) -> torch.Tensor:
         else:
             chunks, bases = [], []
             r0 = 0
-            for r in range(1, n + 1):  # greedy row-aligned chunks of about CPU_CHUNK_WORDS
-                if offs[r] - offs[r0] >= CPU_CHUNK_WORDS or r == n:
+            for r in range(1, n + 1):  # greedy row-aligned chunks of at most CPU_CHUNK_WORDS
+                # (a row longer than that is a chunk of its own)
+                if r == n or (offs[r + 1] - offs[r0] > CPU_CHUNK_WORDS and r > r0):
                     chunks.append((r0, r))
                     bases.extend([offs[r0]] * (r - r0))
                     r0 = r
             base = torch.tensor(bases, dtype=torch.int64)
         longest = max(offs[r1] - offs[r0] for r0, r1 in chunks)
     else:
+        offs = None
         chunks = [(0, n)]
         base = torch.zeros(n, dtype=torch.int64, device=dev)
         longest = words.numel()
     start_loc = woff[:-1] - base
     end_loc = woff[1:] - base
     tpow, tinv = _TABLES.get(max(longest, 1), dev)
-    y = torch.empty(longest + 1, dtype=torch.int64, device=dev)
-    y[0] = 0
-    s_sum = torch.empty(n, dtype=torch.int64, device=dev)
-    e_sum = torch.empty(n, dtype=torch.int64, device=dev)
-    for r0, r1 in chunks:
-        if dev.type == "cpu":
-            a, b = offs[r0], offs[r1]
-        else:
-            a, b = 0, longest
+    ends = torch.empty(n, dtype=torch.int64, device=dev)  # prefix sum at each row's end
+    scratch = torch.empty(longest + 1, dtype=torch.int64, device=dev)
+    scratch[0] = 0  # stays 0 through every in-place cumsum
+
+    def body(c: int) -> None:
+        r0, r1 = chunks[c]
+        a, b = (offs[r0], offs[r1]) if offs is not None else (0, longest)
+        y = scratch[: b - a + 1]
         if b > a:
             w = words[a:b]
-            yy = y[1:1 + b - a]
+            yy = y[1:]
             torch.bitwise_right_shift(w, 32, out=yy)  # hi, sign-extended
             torch.add(w, yy, alpha=_K, out=yy)  # lo + R*hi
             yy.mul_(tpow[: b - a])
-            y[: 1 + b - a].cumsum_(0)
-        else:
-            y[0] = 0
-        torch.index_select(y, 0, start_loc[r0:r1], out=s_sum[r0:r1])
-        torch.index_select(y, 0, end_loc[r0:r1], out=e_sum[r0:r1])
-    e_sum -= s_sum
-    return e_sum * tinv[start_loc]
+            y.cumsum_(0)
+        torch.index_select(y, 0, end_loc[r0:r1], out=ends[r0:r1])
+
+    _run_chunks(body, len(chunks))
+    if offs is not None:
+        # Rows are contiguous and every chunk starts at its first row: a row's start prefix
+        # is the previous row's end prefix, or 0 for a chunk's first row.
+        first = torch.zeros(n, dtype=torch.bool)
+        first[[r0 for r0, _ in chunks]] = True
+        starts = torch.where(first, 0, torch.roll(ends, 1))
+    else:  # one chunk based at the buffer's start, which need not be row 0's start
+        starts = torch.index_select(scratch, 0, start_loc)
+    return (ends - starts) * tinv[start_loc]
 
 
 def _words_of_rows(rows: Sequence[torch.Tensor], device) -> tuple[torch.Tensor, torch.Tensor]:

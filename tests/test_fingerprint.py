@@ -187,7 +187,7 @@ ALLOWED_OPS = {
     "repeat_interleave", "index_put_", "diff", "lift_fresh_copy", "as_strided", "unbind",
     "_local_scalar_dense", "contiguous", "new_empty", "empty_like", "view_as", "squeeze",
     "unsqueeze", "stack", "narrow", "split_with_sizes", "split", "set_", "_to_dtype",
-    "add_", "floor_divide", "layout",
+    "add_", "floor_divide", "layout", "where", "roll", "scalar_tensor",
 }
 
 

@@ -1,0 +1,141 @@
+"""What the wire guard costs, against the cheapest thing it could have been.
+
+A 1536-row, four-field batch of about 100 MB (jagged int64 tokens, bf16 logprobs, fp32
+advantages, bool mask; the per-token fields are rectangular) goes through a put+get cycle of
+the instrumented InMemoryDataPlane with verify_tensor_hash on and off; the third arm is two
+torch.hash_tensor XOR folds over the same fields (one per side of the wire: per row for the
+rectangular fields, over the values buffer for the jagged one, each bit-cast to a same-width
+integer since the fold has no float8 kernel). Arms are interleaved round by round so machine
+drift hits all three alike; medians are reported, and the ratio
+
+    (on - off) / (two XOR folds)          goal <= 1.5
+
+    .venv/bin/python benchmarks/guard.py [--rounds 7] [--threads N]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+from tensordict import TensorDict
+
+import dpobs_otel as dpobs
+
+ROWS = 1536
+TOKENS = 4352  # mean row length: 1536 * 4352 * (8 + 2 + 4 + 1) bytes = 100 MB
+
+
+def make_batch(rows: int = ROWS, tokens: int = TOKENS) -> TensorDict:
+    g = torch.Generator().manual_seed(0)
+    lengths = torch.randint(tokens // 2, tokens * 3 // 2 + 1, (rows,), generator=g).tolist()
+    tok = torch.nested.nested_tensor([torch.randint(0, 150_000, (n,), generator=g)
+                                      for n in lengths], layout=torch.jagged)
+    return TensorDict({
+        "input_ids": tok,
+        "logprobs": torch.randn(rows, tokens, generator=g).to(torch.bfloat16),
+        "advantages": torch.randn(rows, 1, generator=g).expand(rows, tokens).contiguous(),
+        "mask": torch.rand(rows, tokens, generator=g) > 0.2,
+    }, batch_size=[rows])
+
+
+def nbytes(td: TensorDict) -> int:
+    total = 0
+    for _, v in td.items():
+        total += v._values.nbytes if v.is_nested else v.nbytes
+    return total
+
+
+_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def xor_fold(td: TensorDict) -> list[torch.Tensor]:
+    out = []
+    for _, v in td.items():
+        if v.is_nested:
+            vals = v._values
+            out.append(torch.hash_tensor(vals.view(_INT[vals.element_size()])))
+        else:
+            out.append(torch.hash_tensor(v.view(_INT[v.element_size()]).reshape(v.shape[0], -1),
+                                         dim=1))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--rows", type=int, default=ROWS)
+    ap.add_argument("--tokens", type=int, default=TOKENS)
+    ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: default)")
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if not hasattr(torch, "hash_tensor"):
+        raise SystemExit(f"torch {torch.__version__} has no torch.hash_tensor: no XOR-fold baseline")
+
+    batch = make_batch(args.rows, args.tokens)
+    ids = [f"uid-{i}" for i in range(args.rows)]
+    tel_on = dpobs.start(role="bench-on", rank=0, port=0, verify_tensor_hash=True)
+    tel_off = dpobs.start(role="bench-off", rank=1, port=0, verify_tensor_hash=False)
+    on = tel_on.instrument(dpobs.InMemoryDataPlane())
+    off = tel_off.instrument(dpobs.InMemoryDataPlane())
+
+    def cycle(client) -> float:
+        t = time.perf_counter()
+        client.put_samples(ids, "bench", batch)
+        got = client.get_samples(ids, "bench")
+        dt = time.perf_counter() - t
+        assert set(got.keys()) == set(batch.keys())
+        client.clear_samples(ids, "bench")
+        return dt
+
+    def folds() -> float:
+        t = time.perf_counter()
+        xor_fold(batch)  # the writer's side
+        xor_fold(batch)  # the reader's side
+        return time.perf_counter() - t
+
+    arms = {"on": lambda: cycle(on), "off": lambda: cycle(off), "xor2": folds}
+    for fn in arms.values():  # warm-up: tables, allocator, page cache
+        fn()
+    times: dict[str, list[float]] = {k: [] for k in arms}
+    order = list(arms)
+    for r in range(args.rounds):
+        for name in order[r % 3:] + order[: r % 3]:
+            times[name].append(arms[name]())
+    med = {k: statistics.median(v) for k, v in times.items()}
+
+    def guard_seconds(tel) -> float:
+        for family in tel.registry.collect():
+            for s in family.samples:
+                if s.name == "dpobs_instrumentation_time_seconds_total" and \
+                        s.labels.get("component") == "guard":
+                    return s.value
+        return 0.0
+
+    checked = mism = 0.0
+    for family in tel_on.registry.collect():
+        for s in family.samples:
+            if s.name == "dpobs_guard_rows_checked_total":
+                checked += s.value
+            if s.name == "dpobs_guard_rows_mismatched_total":
+                mism += s.value
+    tel_on.shutdown()
+    tel_off.shutdown()
+
+    ratio = (med["on"] - med["off"]) / med["xor2"]
+    print(f"batch: {args.rows} rows, {nbytes(batch) / 1e6:.1f} MB "
+          f"(jagged int64 tokens, bf16, fp32, bool); torch {torch.__version__}, "
+          f"{torch.get_num_threads()} threads, {args.rounds} rounds (medians)")
+    print(f"  put+get, guard off        {med['off'] * 1e3:9.1f} ms")
+    print(f"  put+get, guard on         {med['on'] * 1e3:9.1f} ms")
+    print(f"  guard cost (on - off)     {(med['on'] - med['off']) * 1e3:9.1f} ms   "
+          f"(guard's own clock: {guard_seconds(tel_on) / (args.rounds + 1) * 1e3:.1f} ms/cycle)")
+    print(f"  two XOR folds             {med['xor2'] * 1e3:9.1f} ms")
+    print(f"  ratio (on - off) / (two XOR folds) = {ratio:.2f}   (goal <= 1.5)")
+    print(f"  rows checked {checked:.0f}, mismatched {mism:.0f}")
+
+
+if __name__ == "__main__":
+    main()
