@@ -173,8 +173,13 @@ def _bytes_to_words_2d(b: torch.Tensor) -> torch.Tensor:
     return b.view(torch.int64)
 
 
+def _one_chunk(device) -> bool:
+    """Accelerators take a whole field in one chunk: no host sync, few kernel launches."""
+    return torch.device(device).type != "cpu"
+
+
 def _chunk_words(device) -> int:
-    return CPU_CHUNK_WORDS if torch.device(device).type == "cpu" else 1 << 62
+    return 1 << 62 if _one_chunk(device) else CPU_CHUNK_WORDS
 
 
 def _run_chunks(body, n_chunks: int) -> None:
@@ -225,7 +230,7 @@ def _poly_flat(words: torch.Tensor, woff: torch.Tensor) -> torch.Tensor:
     if n <= 0:
         return torch.zeros(max(n, 0), dtype=torch.int64, device=dev)
     woff = woff.to(device=dev, dtype=torch.int64)
-    if dev.type == "cpu":
+    if not _one_chunk(dev):
         offs = woff.tolist()
         if offs[-1] - offs[0] <= CPU_CHUNK_WORDS:
             chunks = [(0, n)]

@@ -86,6 +86,22 @@ def test_chunking_does_not_change_digests(monkeypatch):
     assert before[0] == reference(rows, IDS[:7])
 
 
+def test_accelerator_single_chunk_path_equals_reference(monkeypatch):
+    """The one-chunk, no-host-sync path CUDA takes, exercised on the CPU."""
+    monkeypatch.setattr(fp, "_one_chunk", lambda device: True)
+    rows = [rand((n, 3), torch.bfloat16) for n in (1, 9, 0, 30, 2)]
+    assert digests(torch.nested.nested_tensor(rows, layout=torch.jagged), IDS[:5]) == \
+        reference(rows, IDS[:5])
+    toks = [rand((n,), torch.int64) for n in (4, 0, 7)]
+    assert digests(torch.nested.nested_tensor(toks, layout=torch.jagged), IDS[:3]) == \
+        reference(toks, IDS[:3])
+    offset = torch.nested.nested_tensor_from_jagged(torch.arange(10), torch.tensor([2, 5, 9]))
+    assert digests(offset, IDS[:2]) == reference([torch.arange(2, 5), torch.arange(5, 9)],
+                                                 IDS[:2])
+    dense = rand((7, 33), torch.float32)
+    assert digests(dense, IDS[:7]) == reference(list(dense.unbind(0)), IDS[:7])
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.sampled_from(DTYPES), st.lists(st.integers(0, 40), min_size=1, max_size=8),
        st.integers(0, 2 ** 31))
