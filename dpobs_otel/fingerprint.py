@@ -303,9 +303,13 @@ def _jagged_words(nt: torch.Tensor):
     inner = tuple(values.shape[1:])
     if nt._ragged_idx != 1 or lengths is not None:
         rows = nt.unbind()
+        if rows:
+            inner = tuple(rows[0].shape[1:])
+            if any(r.dim() == 0 or tuple(r.shape[1:]) != inner for r in rows):
+                raise UnsupportedField("unsupported_layout")  # ragged past the leading dim
         lead = torch.tensor([r.shape[0] for r in rows], dtype=torch.int64)
         words, woff = _words_of_rows(rows, values.device)
-        return words, woff, lead.to(values.device), tuple(rows[0].shape[1:]) if rows else inner
+        return words, woff, lead.to(values.device), inner
     offsets = offsets.to(torch.int64)
     lead = offsets[1:] - offsets[:-1]
     esize = values.element_size()

@@ -250,3 +250,19 @@ def test_cuda_matches_cpu():
         cpu = field_digests(v, "f", id_salts(ids, "p"))
         gpu = field_digests(v.cuda(), "f", id_salts(ids, "p", device="cuda"))
         assert gpu.device.type == "cuda" and gpu.cpu().tolist() == cpu.tolist()
+
+
+def test_layouts_it_cannot_read_are_refused_not_guessed():
+    ids = id_salts(IDS[:2], "p")
+    ragged_inner = torch.nested.nested_tensor([torch.randn(2, 3), torch.randn(2, 5)],
+                                              layout=torch.jagged)  # ragged past dim 1
+    transposed = torch.nested.nested_tensor([torch.randn(3, 2), torch.randn(5, 2)],
+                                            layout=torch.jagged).transpose(1, 2)
+    for value, reason in [(ragged_inner, "unsupported_layout"),
+                          (transposed, "unsupported_layout"),
+                          (torch.zeros(2).to_sparse(), "unsupported_layout"),
+                          (torch.tensor(1.0), "no_batch_dim"),
+                          ("text", "non_tensor")]:
+        with pytest.raises(fp.UnsupportedField) as err:
+            field_digests(value, "f", ids)
+        assert err.value.reason == reason
