@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 
+import msgpack
 import torch
 from tensordict import NonTensorData, NonTensorStack, TensorDictBase
 
@@ -70,7 +71,7 @@ def payload_nbytes(td) -> int:
         elif tv is _Jagged:
             total += _jagged_nbytes(v)
         elif tv is NonTensorData:
-            total += encoded_size(v.data)
+            total += encoded_size(_row_value(v))
         elif tv is NonTensorStack:
             total += _stack_size(v)
         elif isinstance(v, TensorDictBase):
@@ -86,20 +87,55 @@ def _stack_size(stack) -> int:
     """A NonTensorStack at the size of msgpack(list of its rows); large stacks by strided sample."""
     rows = stack.tensordicts
     n = len(rows)
-    size = _container_header(n)
     if n <= SAMPLE_ROWS:
-        return size + sum(_row_size(r) for r in rows)
-    step = n / SAMPLE_ROWS
-    sample = [_row_size(rows[int(i * step)]) for i in range(SAMPLE_ROWS)]
-    return size + round(sum(sample) * n / SAMPLE_ROWS)
+        picked = rows
+    else:
+        step = n / SAMPLE_ROWS
+        picked = [rows[int(i * step)] for i in range(SAMPLE_ROWS)]
+    values = [_row_value(r) for r in picked]
+    if all(type(v) in _SCALARS or _flat(v) for v in values):
+        # One C call measures the whole sample: packb(list) = header + the rows.
+        measured = len(_packb(values)) - _container_header(len(values))
+    else:
+        measured = sum(_row_size(r, v) for r, v in zip(picked, values))
+    return _container_header(n) + (measured if n <= SAMPLE_ROWS
+                                   else round(measured * n / SAMPLE_ROWS))
 
 
-def _row_size(row) -> int:
+def _row_value(row):
+    # NonTensorData.data goes through tensorclass attribute dispatch (~2 us); the value sits
+    # in its non-tensor dict (~0.2 us). Fall back to the public attribute if that moves.
     if type(row) is NonTensorData:
-        return encoded_size(row.data)
+        nt = getattr(row, "_non_tensordict", None)
+        return nt["data"] if nt is not None and "data" in nt else row.data
+    return row
+
+
+def _row_size(row, value) -> int:
+    if type(row) is NonTensorData:
+        return encoded_size(value)
     if type(row) is NonTensorStack:
         return _stack_size(row)
     return payload_nbytes(row)
+
+
+_SCALARS = frozenset({str, int, float, bool, bytes, type(None)})
+FLAT_MAX = 64  # a flat container this small is measured by msgpack itself
+
+
+def _flat(o) -> bool:
+    """A dict/list/tuple of at most FLAT_MAX msgpack scalars: cheap to encode, so exact."""
+    t = type(o)
+    if t is dict:
+        return len(o) <= FLAT_MAX and all(type(k) is str for k in o) and \
+            all(type(v) in _SCALARS for v in o.values())
+    if t is list or t is tuple:
+        return len(o) <= FLAT_MAX and all(type(v) in _SCALARS for v in o)
+    return False
+
+
+def _packb(obj) -> bytes:
+    return msgpack.packb(obj)
 
 
 class _Budget:
@@ -110,8 +146,14 @@ class _Budget:
 
 
 def encoded_size(obj, budget: int = NODE_BUDGET) -> int:
-    """len(msgpack.packb(obj)) without encoding: exact while under `budget` nodes, then an
-    extrapolation from what was measured, so the cost is bounded by the budget, not the data."""
+    """len(msgpack.packb(obj)), bounded: a scalar or a small flat container is measured by
+    msgpack's C encoder (faster than any walk); anything else by a walk that is exact while
+    under `budget` nodes, then extrapolates, so the cost follows the budget, not the data."""
+    if _flat(obj):
+        try:
+            return len(_packb(obj))
+        except (TypeError, ValueError, OverflowError):  # e.g. a lone surrogate in a str
+            pass
     return _size(obj, _Budget(budget))
 
 
@@ -137,7 +179,7 @@ def _size(o, b: _Budget) -> int:
     if isinstance(o, torch.Tensor):
         return tensor_nbytes(o)
     if t is NonTensorData:
-        return _size(o.data, b)
+        return _size(_row_value(o), b)
     if t is NonTensorStack:
         return _stack_size(o)
     if isinstance(o, (int, float, str, bytes)):  # subclasses (IntEnum, numpy scalars that subclass)
