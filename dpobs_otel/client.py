@@ -107,20 +107,20 @@ class InstrumentedClient:
     def _read(self, op, fn, sample_ids, partition_id, select_fields, kwargs):
         t0 = perf_counter()
         guard = self._guard
-        select, with_digests = select_fields, False
+        select, added = select_fields, False
         if guard is not None:
             select = self._guarded(guard.before_get, select_fields, select_fields)
-            with_digests = select != select_fields
+            added = select != select_fields  # digest columns were asked for by name
         t1 = perf_counter()
         try:
             try:
                 result = fn(sample_ids, partition_id, select, **kwargs)
             except KeyError:
-                if not with_digests:
+                if not added:
                     raise
                 # Some rows carry no digest (written without the guard): read what the
                 # caller asked for; the guard counts those rows unverified.
-                with_digests = False
+                added = False
                 result = fn(sample_ids, partition_id, select_fields, **kwargs)
         except BaseException as exc:
             self._failed(op, exc, perf_counter() - t1)
@@ -131,7 +131,8 @@ class InstrumentedClient:
             ids = self._aligned_ids(sample_ids, partition_id, result)
         if guard is not None:
             result = self._guarded(guard.after_get, None, ids, partition_id, result,
-                                   select_fields, with_digests, on_fail=self._strip)
+                                   select_fields, added or select_fields is None,
+                                   on_fail=self._strip)  # a full read returns any digests
         t3 = perf_counter()
         try:
             n = len(sample_ids)

@@ -206,12 +206,14 @@ _StoreManager.register("store", callable=_served_store, exposed=_PROTOCOL)
 
 
 def serve_store(latency_s: float = 0.0, authkey: bytes = b"dpobs",
-                address: tuple[str, int] = ("127.0.0.1", 0)) -> tuple[BaseManager, tuple]:
+                address: tuple[str, int] = ("127.0.0.1", 0),
+                initializer=None) -> tuple[BaseManager, tuple]:
     """Start an InMemoryDataPlane in its own process. Returns (manager, address); call
-    manager.shutdown() to stop it. Clients in any process use connect_store(address)."""
+    manager.shutdown() to stop it. Clients in any process use connect_store(address).
+    `initializer` runs first in the server process (e.g. to die with its parent)."""
     mgr = _StoreManager(address=address, authkey=authkey,
                         ctx=multiprocessing.get_context("spawn"))
-    mgr.start()
+    mgr.start(initializer)
     mgr.store(latency_s)  # create it now, with its latency, before any client asks
     return mgr, mgr.address
 

@@ -384,9 +384,11 @@ class Workload:
         self.close()
 
     def start(self, timeout: float = 180) -> None:
+        from .stack import die_with_parent
         from .store import serve_store
         ctx = multiprocessing.get_context("spawn")
-        self._mgr, address = serve_store(self.cfg.latency_s, self.authkey)
+        self._mgr, address = serve_store(self.cfg.latency_s, self.authkey,
+                                         initializer=die_with_parent)
         roles = self.cfg.roles()
         self.sync = Sync(ctx.Barrier(len(roles), timeout=BARRIER_TIMEOUT_S), ctx.Value("b", 0),
                          ctx.Event(), ctx.Event(), ctx.Event())
