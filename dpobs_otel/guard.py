@@ -288,8 +288,10 @@ class WireGuard:
             if n_rec:
                 self._checked.add(n_rec, {"field": label})
                 checked_total += n_rec
-            if n_mis:
+                # Exported from the first check on, at 0 if clean: then the first corrupted
+                # row is an increase Prometheus sees, not a series that appears at 1.
                 self._mismatched.add(n_mis, {"field": label})
+            if n_mis:
                 mismatched_total += n_mis
                 rows = diff.nonzero().flatten().tolist()
                 shown = rows[:max(lines_left, 0)]
