@@ -30,23 +30,25 @@ VOLUME = ("A byte put by one process and got by another is counted on both sides
 FRAC_STEPS = thresholds((None, "green"), (0.25, "yellow"), (0.5, "red"))  # = the alert
 
 
+FRAC_QUERIES = (  # cluster mean and the slowest process, on both frac_of_step panels
+    Query(f"job:dpobs_frac_of_step:ratio_rate5m{JOB}", "{{job}} mean"),
+    Query(f"job:dpobs_frac_of_step:max_ratio_rate5m{JOB}", "{{job}} slowest process"),
+)
+
+
 def _frac_panels() -> list:
     now = stat_panel(
         "Data-plane fraction of step (now)",
         "Data-plane time / step time over the last 5m: cluster mean and the slowest process. "
         "Yellow at 25%, red at 50%, as DpobsDataPlaneDominatesStep. " + OVERLAP,
         "percentunit",
-        Query(f"job:dpobs_frac_of_step:ratio_rate5m{JOB}", "{{job}} mean"),
-        Query(f"job:dpobs_frac_of_step:max_ratio_rate5m{JOB}", "{{job}} slowest process"),
-        steps=FRAC_STEPS, width=8, height=8)
+        *FRAC_QUERIES, steps=FRAC_STEPS, width=8, height=8)
     over_time = timeseries_panel(
         "Data-plane fraction of step",
         "The same ratio over time. A slowest process far above the mean points at one "
         "straggler (drill down in dpobs-process), not at the store. " + OVERLAP,
         "percentunit",
-        Query(f"job:dpobs_frac_of_step:ratio_rate5m{JOB}", "{{job}} mean"),
-        Query(f"job:dpobs_frac_of_step:max_ratio_rate5m{JOB}", "{{job}} slowest process"),
-        width=16)
+        *FRAC_QUERIES, width=16)
     return [now, over_time]
 
 

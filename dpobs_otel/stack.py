@@ -68,16 +68,9 @@ def prometheus_config(sd_dir: str, alertmanager: str, interval: str = "1s",
     return cfg
 
 
-class Stack:
-    """`with Stack() as st:` a running Prometheus (st.prometheus) and Alertmanager
-    (st.alertmanager) scraping every file_sd target written into st.sd_dir."""
-
-    def __init__(self, sd_dir: str | None = None, interval: str = "1s", deploy: Path = DEPLOY):
-        self.interval = interval
-        self.deploy = deploy
-        self._sd_dir = sd_dir
-        self.procs: dict[str, subprocess.Popen] = {}
-        self.tmp: str | None = None
+class Managed:
+    """`with X() as x:` runs x.start(); x.close() runs on exit, and also when start() fails
+    half-way, so nothing it had already started is left behind."""
 
     def __enter__(self):
         try:
@@ -89,6 +82,18 @@ class Stack:
 
     def __exit__(self, *exc):
         self.close()
+
+
+class Stack(Managed):
+    """`with Stack() as st:` a running Prometheus (st.prometheus) and Alertmanager
+    (st.alertmanager) scraping every file_sd target written into st.sd_dir."""
+
+    def __init__(self, sd_dir: str | None = None, interval: str = "1s", deploy: Path = DEPLOY):
+        self.interval = interval
+        self.deploy = deploy
+        self._sd_dir = sd_dir
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.tmp: str | None = None
 
     def start(self, timeout: float = 60) -> None:
         bins = binaries()

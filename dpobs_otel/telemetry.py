@@ -160,37 +160,38 @@ class Telemetry:
         from .client import InstrumentedClient
         return InstrumentedClient(inner, self)
 
-    @contextlib.contextmanager
     def step(self):
-        t0 = time.perf_counter()
-        try:
-            yield
-        finally:
-            dt = time.perf_counter() - t0
-            try:
-                self.step_duration.record(dt)
-                with self.stats.lock:
-                    self.stats.step_seconds += dt
-                    self.stats.steps += 1
-            except Exception as exc:
-                self.internal_error("step", exc)
+        """`with tel.step():` one training step (the denominator of frac_of_step)."""
+        return self._timed("step", self._step_done)
 
-    @contextlib.contextmanager
     def codec(self, stage: str):
+        """`with tel.codec("pack"):` codec work done outside the client."""
         if stage not in names.CODEC_STAGES:
             raise ValueError(f"codec stage must be one of {names.CODEC_STAGES}, got {stage!r}")
+        return self._timed("codec", lambda dt: self._codec_done(stage, dt))
+
+    @contextlib.contextmanager
+    def _timed(self, component: str, done):
         t0 = time.perf_counter()
         try:
             yield
         finally:
-            dt = time.perf_counter() - t0
             try:
-                self.codec_duration.record(dt, {"stage": stage})
-                with self.stats.lock:
-                    cs = self.stats.codec_seconds
-                    cs[stage] = cs.get(stage, 0.0) + dt
-            except Exception as exc:
-                self.internal_error("codec", exc)
+                done(time.perf_counter() - t0)
+            except Exception as exc:  # the user's block ran; only our bookkeeping failed
+                self.internal_error(component, exc)
+
+    def _step_done(self, dt: float) -> None:
+        self.step_duration.record(dt)
+        with self.stats.lock:
+            self.stats.step_seconds += dt
+            self.stats.steps += 1
+
+    def _codec_done(self, stage: str, dt: float) -> None:
+        self.codec_duration.record(dt, {"stage": stage})
+        with self.stats.lock:
+            cs = self.stats.codec_seconds
+            cs[stage] = cs.get(stage, 0.0) + dt
 
     def step_metrics(self) -> dict[str, float]:
         try:

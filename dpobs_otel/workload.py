@@ -29,6 +29,7 @@ import torch
 from tensordict import NonTensorStack, TensorDict
 
 from .names import OPS
+from .stack import Managed, die_with_parent
 
 PARTITION = "grpo"
 VOCAB = 32000
@@ -203,7 +204,6 @@ class Sync:
 def _process(role, rank, cfg: Config, address, authkey, sync: Sync, out) -> None:
     import dpobs_otel as dpobs
     from .store import connect_store
-    from .stack import die_with_parent
 
     die_with_parent(signal.SIGTERM)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent turns Ctrl-C into a clean stop
@@ -354,7 +354,7 @@ class WorkloadError(RuntimeError):
     pass
 
 
-class Workload:
+class Workload(Managed):
     """Starts the store and the processes; `warmup()`, then `run()`; `close()` releases them.
 
         with Workload(cfg) as wl:
@@ -372,19 +372,7 @@ class Workload:
         self._mgr = None
         self._closed = False
 
-    def __enter__(self):
-        try:
-            self.start()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
     def start(self, timeout: float = 180) -> None:
-        from .stack import die_with_parent
         from .store import serve_store
         ctx = multiprocessing.get_context("spawn")
         self._mgr, address = serve_store(self.cfg.latency_s, self.authkey,
