@@ -47,6 +47,7 @@ vectorised code is tested against.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import struct
 import threading
 from typing import Sequence
@@ -80,6 +81,8 @@ _G = _s64(0x9E3779B97F4A7C15)
 # Words per chunk on the CPU: the working set of one chunk (3 int64 buffers) stays in cache and
 # each elementwise op stays under torch's parallel grain size. Accelerators run in one chunk.
 CPU_CHUNK_WORDS = 1 << 15
+# At most this many threads share the chunks of one field on the CPU (see _run_chunks).
+MAX_WORKERS = 4
 
 NONTENSOR_SENTINEL = _s64(0x6E6F6E2D74656E73)  # "non-tens": the field was not a tensor at put
 UNRECORDED_SENTINEL = _s64(0x756E7265636F7264)  # "unrecord": the guard could not fingerprint it
@@ -182,13 +185,51 @@ def _chunk_words(device) -> int:
     return 1 << 62 if _one_chunk(device) else CPU_CHUNK_WORDS
 
 
-def _run_chunks(body, n_chunks: int) -> None:
-    """body(i) for every chunk, in order. On the CPU each chunk stays under torch's parallel
-    grain size, so every op runs on the calling thread: no OpenMP barrier to stall on when the
-    machine is busy (measured: a 32k-word op that goes parallel on a loaded 2-core box can
-    take 100x longer). A thread pool over chunks was measured slower still on that box."""
-    for i in range(n_chunks):
-        body(i)
+def _workers(n_chunks: int) -> int:
+    """Threads for n_chunks CPU chunks: torch's intra-op thread count (so `--threads 1` or
+    torch.set_num_threads(1) keeps it on one core), at most MAX_WORKERS, >= 4 chunks each."""
+    return max(1, min(torch.get_num_threads(), MAX_WORKERS, n_chunks // 4))
+
+
+def _run_chunks(body, n_chunks: int, make_scratch) -> None:
+    """body(i, scratch) for every chunk i, each exactly once, in any order; `make_scratch()`
+    gives each thread its own scratch buffer.
+
+    On the CPU each chunk stays under torch's parallel grain size, so every op runs on the
+    thread that called it: no OpenMP barrier to stall on when the machine is busy (measured: a
+    32k-word op that goes parallel on a loaded 2-core box can take 100x longer). Instead, up to
+    `_workers()` Python threads (the caller and short-lived helpers, fork-safe: nothing
+    persists between calls) pull chunk indices from one shared counter; torch releases the
+    GIL inside every op, so they run side by side, and a helper the OS has descheduled delays
+    nobody: the others take its chunks. Each chunk writes only its own slice of the output."""
+    workers = _workers(n_chunks)
+    if workers <= 1:
+        scratch = make_scratch()
+        for i in range(n_chunks):
+            body(i, scratch)
+        return
+    counter = itertools.count()  # next() on it is atomic under the GIL
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            scratch = make_scratch()
+            for i in counter:
+                if i >= n_chunks or errors:
+                    return
+                body(i, scratch)
+        except BaseException as e:  # re-raised in the caller
+            errors.append(e)
+
+    helpers = [threading.Thread(target=work, name="dpobs-fingerprint", daemon=True)
+               for _ in range(workers - 1)]
+    for t in helpers:
+        t.start()
+    work()
+    for t in helpers:
+        t.join()
+    if errors:
+        raise errors[0]
 
 
 def _poly_dense(words: torch.Tensor) -> torch.Tensor:
@@ -201,18 +242,19 @@ def _poly_dense(words: torch.Tensor) -> torch.Tensor:
     tpow, _ = _TABLES.get(m, dev)
     tp = tpow[:m]
     step = max(1, _chunk_words(dev) // m)
-    buf = torch.empty((min(step, n), m), dtype=torch.int64, device=dev)
+    w_parts = words.split(step)  # views, made in one call: less Python per chunk
+    o_parts = out.split(step)
 
-    def body(c: int) -> None:
-        i = c * step
-        w = words[i:i + step]
-        y = buf[: w.shape[0]]
+    def body(c: int, buf: torch.Tensor) -> None:
+        w = w_parts[c]
+        y = buf if w.shape[0] == step else buf[: w.shape[0]]
         torch.bitwise_right_shift(w, 32, out=y)  # hi, sign-extended
         torch.add(w, y, alpha=_K, out=y)  # lo + R*hi
         y.mul_(tp)
-        torch.sum(y, 1, out=out[i:i + step])
+        torch.sum(y, 1, out=o_parts[c])
 
-    _run_chunks(body, (n + step - 1) // step)
+    _run_chunks(body, len(w_parts),
+                lambda: torch.empty((min(step, n), m), dtype=torch.int64, device=dev))
     return out
 
 
@@ -255,23 +297,42 @@ def _poly_flat(words: torch.Tensor, woff: torch.Tensor) -> torch.Tensor:
     end_loc = woff[1:] - base
     tpow, tinv = _TABLES.get(max(longest, 1), dev)
     ends = torch.empty(n, dtype=torch.int64, device=dev)  # prefix sum at each row's end
-    scratch = torch.empty(longest + 1, dtype=torch.int64, device=dev)
-    scratch[0] = 0  # stays 0 through every in-place cumsum
 
-    def body(c: int) -> None:
-        r0, r1 = chunks[c]
-        a, b = (offs[r0], offs[r1]) if offs is not None else (0, longest)
-        y = scratch[: b - a + 1]
-        if b > a:
-            w = words[a:b]
-            yy = y[1:]
-            torch.bitwise_right_shift(w, 32, out=yy)  # hi, sign-extended
-            torch.add(w, yy, alpha=_K, out=yy)  # lo + R*hi
-            yy.mul_(tpow[: b - a])
-            y.cumsum_(0)
-        torch.index_select(y, 0, end_loc[r0:r1], out=ends[r0:r1])
+    def make_scratch() -> torch.Tensor:
+        scratch = torch.empty(longest + 1, dtype=torch.int64, device=dev)
+        scratch[0] = 0  # stays 0 through every in-place cumsum
+        return scratch
 
-    _run_chunks(body, len(chunks))
+    if offs is None:  # one chunk: its scratch is needed after, for the start prefixes
+        scratch = make_scratch()
+        if longest:
+            yy = scratch[1:]
+            torch.bitwise_right_shift(words, 32, out=yy)  # hi, sign-extended
+            torch.add(words, yy, alpha=_K, out=yy)  # lo + R*hi
+            yy.mul_(tpow[:longest])
+            scratch.cumsum_(0)
+        torch.index_select(scratch, 0, end_loc, out=ends)
+    else:
+        # Per-chunk views made up front (split: one call each), so the loop runs little Python.
+        sizes = [offs[r1] - offs[r0] for r0, r1 in chunks]
+        w_parts = words[offs[0]:offs[-1]].split(sizes)
+        counts = [r1 - r0 for r0, r1 in chunks]
+        e_parts = end_loc.split(counts)
+        o_parts = ends.split(counts)
+
+        def body(c: int, scratch: torch.Tensor) -> None:
+            k = sizes[c]
+            if k:
+                w = w_parts[c]
+                yy = scratch[1:k + 1]
+                torch.bitwise_right_shift(w, 32, out=yy)  # hi, sign-extended
+                torch.add(w, yy, alpha=_K, out=yy)  # lo + R*hi
+                yy.mul_(tpow[:k])
+                scratch[:k + 1].cumsum_(0)
+            # end_loc <= k: only this chunk's prefixes are read
+            torch.index_select(scratch, 0, e_parts[c], out=o_parts[c])
+
+        _run_chunks(body, len(chunks), make_scratch)
     if offs is not None:
         # Rows are contiguous and every chunk starts at its first row: a row's start prefix
         # is the previous row's end prefix, or 0 for a chunk's first row.

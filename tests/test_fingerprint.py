@@ -86,6 +86,36 @@ def test_chunking_does_not_change_digests(monkeypatch):
     assert before[0] == reference(rows, IDS[:7])
 
 
+def test_threaded_chunks_equal_one_thread_and_reference(monkeypatch):
+    """Several threads share a field's chunks (in any order): same digests as one thread."""
+    g = torch.Generator().manual_seed(3)
+    rows = [rand((n,), torch.int64, g) for n in torch.randint(0, 40, (120,), generator=g)]
+    nt = torch.nested.nested_tensor(rows, layout=torch.jagged)
+    dense = rand((120, 9), torch.bfloat16, g)
+    ids = [f"s{i}" for i in range(120)]
+    monkeypatch.setattr(fp, "CPU_CHUNK_WORDS", 16)
+    monkeypatch.setattr(fp, "_workers", lambda n_chunks: 1)
+    one = digests(nt, ids), digests(dense, ids)
+    monkeypatch.setattr(fp, "_workers", lambda n_chunks: min(3, n_chunks))
+    assert (digests(nt, ids), digests(dense, ids)) == one
+    assert one[0] == reference(rows, ids)
+    assert one[1] == reference(list(dense.unbind(0)), ids)
+
+
+def test_threaded_chunks_raise_a_helper_threads_error(monkeypatch):
+    monkeypatch.setattr(fp, "_workers", lambda n_chunks: 3)
+    seen = []
+
+    def body(i, scratch):
+        seen.append(i)
+        if i == 5:
+            raise ValueError("boom")
+
+    with pytest.raises(ValueError, match="boom"):
+        fp._run_chunks(body, 40, lambda: None)
+    assert 5 in seen and len(seen) == len(set(seen))  # each chunk at most once
+
+
 def test_accelerator_single_chunk_path_equals_reference(monkeypatch):
     """The one-chunk, no-host-sync path CUDA takes, exercised on the CPU."""
     monkeypatch.setattr(fp, "_one_chunk", lambda device: True)
