@@ -264,7 +264,7 @@ def _poly_flat(words: torch.Tensor, woff: torch.Tensor) -> torch.Tensor:
     Each row-aligned chunk of words is weighted by R^(2j), j counted from the chunk's first
     word; a cumsum over the chunk gives every row's sum as the difference of two prefix sums;
     multiplying by R^(-2 (row start - chunk start)) rebases the row to j = 0. On the CPU the
-    chunks are cache-sized and reuse one scratch buffer (fresh multi-MB buffers cost more in
+    chunks are cache-sized and reuse one scratch buffer per thread (fresh multi-MB buffers cost more in
     page faults than the arithmetic); elsewhere the whole buffer is one chunk, with no host sync.
     """
     n = woff.numel() - 1
