@@ -87,9 +87,8 @@ class InstrumentedClient:
                 live = self._occ.keys.get(partition_id, ())
                 n = len(sample_ids) if sample_ids is not None else len(live)
                 self._occ.release(partition_id, sample_ids)
+            # The guard has nothing to release: its digests live beside the rows, in the store.
             self._done("clear", t2 - t1, n, t_end=t2)
-            if self._guard is not None:
-                self._guarded(self._guard.after_clear, None, sample_ids, partition_id)
         except Exception as exc:
             self._tel.internal_error("client", exc)
         return result
@@ -253,7 +252,5 @@ class InstrumentedClient:
                 with self._stats.lock:
                     stale = self._occ.keys.get(pid, set()) - live
                     self._occ.release(pid, stale)
-                if stale and self._guard is not None:
-                    self._guarded(self._guard.after_clear, None, list(stale), pid)
         finally:
             self._stats.add_time("reconcile", perf_counter() - t)

@@ -34,7 +34,7 @@ from .fingerprint import (
     id_salts,
 )
 
-__all__ = ["WireGuard", "DIGEST_PREFIX", "digest_name"]
+__all__ = ["WireGuard", "DIGEST_PREFIX", "digest_name", "is_digest_field"]
 
 log = logging.getLogger("dpobs_otel.guard")
 
@@ -54,6 +54,13 @@ def digest_name(path) -> str:
     if isinstance(path, str):
         path = (path,)
     return DIGEST_PREFIX + ".".join(_escape(p) for p in path)
+
+
+def is_digest_field(name) -> bool:
+    """Is `name` (a str, or a 1-tuple key) one of the guard's reserved digest columns?"""
+    if isinstance(name, tuple):
+        return len(name) == 1 and is_digest_field(name[0])
+    return isinstance(name, str) and name.startswith(DIGEST_PREFIX)
 
 
 def _label(path: tuple) -> str:
@@ -110,10 +117,7 @@ class WireGuard:
             description="Exceptions raised inside the wire guard (swallowed), per error type")
 
     # -- the hooks the core calls -------------------------------------------------------
-    def is_digest_field(self, name) -> bool:
-        if isinstance(name, tuple):
-            return len(name) == 1 and self.is_digest_field(name[0])
-        return isinstance(name, str) and name.startswith(DIGEST_PREFIX)
+    is_digest_field = staticmethod(is_digest_field)  # the module function; no state needed
 
     def before_put(self, sample_ids: list[str], partition_id: str, fields):
         if fields is None:
@@ -145,18 +149,10 @@ class WireGuard:
     def after_get(self, sample_ids: list[str], partition_id: str, result, select_fields,
                   digests_requested: bool = True):
         try:
-            # A full read (select_fields=None) asks for every column, digests included,
-            # whatever the caller passes: columns absent from it are simply absent.
-            self._verify(sample_ids, partition_id, result, select_fields,
-                         digests_requested or select_fields is None)
+            self._verify(sample_ids, partition_id, result, select_fields, digests_requested)
         except Exception as exc:
             self._fail(exc)
         return self._strip(result)
-
-    def after_clear(self, sample_ids, partition_id) -> None:
-        # Nothing to release: the guard holds no per-row state (digests live in the store,
-        # beside the rows, and go when the rows go, whoever clears them).
-        return None
 
     # -- put ----------------------------------------------------------------------------
     def _before_put(self, sample_ids, partition_id, fields):

@@ -27,7 +27,7 @@ import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from .guard import DIGEST_PREFIX
+from .guard import is_digest_field
 
 __all__ = ["TransferQueueDataPlane", "InstrumentedTransferQueue", "instrument"]
 
@@ -47,10 +47,6 @@ def _tq_module():
 
 def _as_list(x):
     return [x] if isinstance(x, str) else x
-
-
-def _is_digest(name) -> bool:
-    return isinstance(name, str) and name.startswith(DIGEST_PREFIX)
 
 
 class _Listing(dict):
@@ -142,7 +138,7 @@ def _unrecord_digests(fields):
     (and a stale digest from an earlier put of the same key is overwritten)."""
     from .fingerprint import UNRECORDED_SENTINEL
 
-    names = [k for k in fields.keys() if _is_digest(k)]
+    names = [k for k in fields.keys() if is_digest_field(k)]
     if not names:
         return fields
     out = fields.copy()
@@ -271,7 +267,7 @@ def _one_row(fields):
 def _clean_meta(meta):
     fields = getattr(meta, "fields", None)
     if fields:
-        meta.fields = [f for f in fields if not _is_digest(f)]
+        meta.fields = [f for f in fields if not is_digest_field(f)]
     return meta
 
 

@@ -4,23 +4,17 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import socket
-import subprocess
-import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from pathlib import Path
 
 import pytest
 import yaml
 
 from dpobs_otel import dashboards
+from dpobs_otel.stack import Stack
 
 ROOT = Path(__file__).resolve().parents[1]
 DASH_DIR = ROOT / "dashboards"
 RULES_DIR = ROOT / "deploy" / "prometheus" / "rules"
-PROMETHEUS = "/usr/bin/prometheus"
 UIDS = {"dpobs-overview", "dpobs-process"}
 
 # The series DESIGN.md pins (OpenTelemetry instrument -> Prometheus series).
@@ -178,56 +172,27 @@ def substitute(expr: str, value: str) -> str:
     return re.sub(r"\$\{?(job|role|instance)\}?", value, expr)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
-def prometheus_url(tmp_path_factory):
-    if not Path(PROMETHEUS).exists():
-        pytest.skip(f"{PROMETHEUS} not installed")
-    tmp = tmp_path_factory.mktemp("prometheus")
-    (tmp / "prometheus.yml").write_text("global:\n  scrape_interval: 15s\n")
-    url = f"http://127.0.0.1:{free_port()}"
-    proc = subprocess.Popen(
-        [PROMETHEUS, f"--config.file={tmp / 'prometheus.yml'}",
-         f"--storage.tsdb.path={tmp / 'data'}", f"--web.listen-address={url[7:]}"],
-        stdout=subprocess.DEVNULL, stderr=(tmp / "log").open("w"))
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}/-/ready", timeout=1).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail("prometheus did not start:\n" + (tmp / "log").read_text())
-                time.sleep(0.2)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+def prometheus():
+    # The demo's private stack: the real deploy/ config and rule files, free loopback ports,
+    # stopped and cleaned up afterwards; missing binaries fail the test (CI installs them).
+    with Stack() as stack:
+        yield stack
 
 
-def api(url: str, path: str, params: list[tuple[str, str]]) -> dict:
-    try:
-        with urllib.request.urlopen(f"{url}{path}?{urllib.parse.urlencode(params)}") as r:
-            return json.load(r)
-    except urllib.error.HTTPError as e:  # 400 carries the parse error as JSON
-        return json.load(e)
+def api(stack: Stack, path: str, params: dict) -> dict:
+    return stack.get(f"{stack.prometheus}{path}", params)
 
 
 @pytest.mark.parametrize("value", [".*", "dpobs"])
-def test_every_expression_runs_in_prometheus(prometheus_url, value):
+def test_every_expression_runs_in_prometheus(prometheus, value):
     for uid, title, t in all_targets():
         expr = substitute(t["expr"], value)
-        body = api(prometheus_url, "/api/v1/query", [("query", expr)])
+        body = api(prometheus, "/api/v1/query", {"query": expr})
         assert body["status"] == "success", f"{uid} / {title}: {expr}: {body.get('error')}"
 
 
-def test_every_variable_selector_runs_in_prometheus(prometheus_url):
+def test_every_variable_selector_runs_in_prometheus(prometheus):
     for uid in UIDS:
         for v in load(uid)["templating"]["list"]:
             if v["type"] != "query":
@@ -235,5 +200,5 @@ def test_every_variable_selector_runs_in_prometheus(prometheus_url):
             m = re.fullmatch(r"label_values\((.+), *(\w+)\)", v["definition"])
             assert m, f"{uid} / ${v['name']}: not label_values(selector, label)"
             match = substitute(m.group(1), ".*")
-            body = api(prometheus_url, "/api/v1/series", [("match[]", match)])
+            body = api(prometheus, "/api/v1/series", {"match[]": match})
             assert body["status"] == "success", f"{uid} / ${v['name']}: {body.get('error')}"

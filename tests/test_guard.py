@@ -497,18 +497,15 @@ def test_bare_guard_digests_not_requested_and_internal_failure(bare):
 
 
 def test_mismatched_series_exists_at_zero_once_a_field_is_checked():
-    import urllib.request
-
-    from prometheus_client.parser import text_string_to_metric_families
+    from conftest import scrape, value
     tel = dpobs.start(role="zero", verify_tensor_hash=True)
     try:
         c = tel.instrument(dpobs.InMemoryDataPlane())
         c.put_samples(["a", "b"], "p", TensorDict({"x": torch.ones(2, 3)}, batch_size=[2]))
         c.get_samples(["a", "b"], "p", ["x"])
-        text = urllib.request.urlopen(tel.url, timeout=10).read().decode()
-        samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
-                   for f in text_string_to_metric_families(text) for s in f.samples}
-        assert samples[("dpobs_guard_rows_mismatched_total", (("field", "x"),))] == 0
-        assert samples[("dpobs_guard_rows_checked_total", (("field", "x"),))] == 2
+        samples = scrape(tel)
+        assert ("dpobs_guard_rows_mismatched_total", frozenset({("field", "x")})) in samples
+        assert value(samples, "dpobs_guard_rows_mismatched_total", field="x") == 0
+        assert value(samples, "dpobs_guard_rows_checked_total", field="x") == 2
     finally:
         tel.shutdown()
