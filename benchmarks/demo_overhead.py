@@ -15,8 +15,8 @@ import argparse
 import statistics
 import sys
 
-from dpobs_otel import demo
-from dpobs_otel.workload import Workload
+from dpobs_otel.demo import report as demo
+from dpobs_otel.demo.workload import Workload
 
 
 def main(argv=None) -> int:

@@ -11,8 +11,9 @@ __version__ = "0.1.0"
 # Resolved on first use, so `dpobs dashboards` or `dpobs kubernetes` never import torch.
 _LAZY = {
     "start": "telemetry", "Telemetry": "telemetry", "Settings": "config",
-    "PortInUseError": "endpoint", "InMemoryDataPlane": "store", "serve_store": "store",
-    "connect_store": "store",
+    "PortInUseError": "exporters.prometheus", "InMemoryDataPlane": "stores.memory",
+    "serve_store": "stores.memory",
+    "connect_store": "stores.memory",
 }
 __all__ = [*_LAZY, "__version__"]
 

@@ -8,7 +8,7 @@ import sys
 
 # subcommand -> (module, one-line help). Each module has add_arguments(parser) and run(args).
 COMMANDS = {
-    "demo": ("dpobs_otel.demo", "run the demo workload against the embedded data plane"),
+    "demo": ("dpobs_otel.demo.report", "run the demo workload against the embedded data plane"),
     "dashboards": ("dpobs_otel.dashboards", "write the Grafana dashboards as JSON"),
     "kubernetes": ("dpobs_otel.kubernetes", "write the PodMonitor and PrometheusRule manifests"),
 }

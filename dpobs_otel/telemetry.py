@@ -15,8 +15,8 @@ from prometheus_client import CollectorRegistry
 
 from . import names
 from .config import Settings
-from .endpoint import MetricsEndpoint
-from .filesd import FileSDTarget
+from .exporters.prometheus import MetricsEndpoint
+from .exporters.filesd import FileSDTarget
 from .stats import Stats
 from .stepmetrics import StepMetrics
 from . import __version__

@@ -88,7 +88,7 @@ def test_inner_exception_propagates_unchanged_and_is_counted(tel, client):
         direct.get_samples(["nope"], "missing-partition")
     assert str(info.value) == str(bare.value)
     # The traceback still ends inside the store, not in our wrapper.
-    assert traceback.extract_tb(info.tb)[-1].filename.endswith("store.py")
+    assert traceback.extract_tb(info.tb)[-1].filename.endswith("memory.py")
     s = scrape(tel)
     assert value(s, "dpobs_client_operation_errors_total", op="get", error_type="KeyError") == 1
     assert value(s, OPS, op="get") == 1  # duration includes the failed call

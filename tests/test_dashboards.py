@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from dpobs_otel import dashboards
-from dpobs_otel.stack import Stack
+from dpobs_otel.demo.stack import Stack
 
 ROOT = Path(__file__).resolve().parents[1]
 DASH_DIR = ROOT / "dashboards"

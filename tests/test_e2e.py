@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from dpobs_otel.demo import frac_of_step, merge, op_shares, session
-from dpobs_otel.stack import Stack
-from dpobs_otel.workload import Config
+from dpobs_otel.demo.report import frac_of_step, merge, op_shares, session
+from dpobs_otel.demo.stack import Stack
+from dpobs_otel.demo.workload import Config
 
 pytestmark = pytest.mark.slow
 

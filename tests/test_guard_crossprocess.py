@@ -43,7 +43,7 @@ def _guard_counts(tel) -> dict[str, float]:
 
 def _writer(address) -> dict:
     import dpobs_otel as dpobs
-    from dpobs_otel.store import connect_store
+    from dpobs_otel.stores.memory import connect_store
 
     tel = dpobs.start(role="rollout", rank=0, port=0, verify_tensor_hash=True)
     try:
@@ -59,7 +59,7 @@ def _tamper(address) -> None:
     """A third process, around any guard: flip one element of one row, keep its digest."""
     import torch
 
-    from dpobs_otel.store import connect_store
+    from dpobs_otel.stores.memory import connect_store
 
     raw = connect_store(address)
     row = raw.get_samples(["uid-17"], PART)  # every column, the writer's digests included
@@ -73,7 +73,7 @@ def _reader(address) -> dict:
     import logging
 
     import dpobs_otel as dpobs
-    from dpobs_otel.store import connect_store
+    from dpobs_otel.stores.memory import connect_store
 
     lines: list[str] = []
 
@@ -98,7 +98,7 @@ def _reader(address) -> dict:
 
 @pytest.fixture
 def shared_store():
-    from dpobs_otel.store import serve_store
+    from dpobs_otel.stores.memory import serve_store
 
     manager, address = serve_store()
     try:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import yaml
 
-DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 ALERTMANAGER_NAMES = ("alertmanager", "prometheus-alertmanager")  # upstream, Debian
 
 

@@ -28,7 +28,7 @@ import msgpack
 import torch
 from tensordict import NonTensorStack, TensorDict
 
-from .names import OPS
+from ..names import OPS
 from .stack import Managed, die_with_parent
 
 PARTITION = "grpo"
@@ -203,7 +203,7 @@ class Sync:
 
 def _process(role, rank, cfg: Config, address, authkey, sync: Sync, out) -> None:
     import dpobs_otel as dpobs
-    from .store import connect_store
+    from ..stores.memory import connect_store
 
     die_with_parent(signal.SIGTERM)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent turns Ctrl-C into a clean stop
@@ -373,7 +373,7 @@ class Workload(Managed):
         self._closed = False
 
     def start(self, timeout: float = 180) -> None:
-        from .store import serve_store
+        from ..stores.memory import serve_store
         ctx = multiprocessing.get_context("spawn")
         self._mgr, address = serve_store(self.cfg.latency_s, self.authkey,
                                          initializer=die_with_parent)

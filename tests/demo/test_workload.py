@@ -18,10 +18,10 @@ import torch
 import yaml
 
 import dpobs_otel as dpobs
-from dpobs_otel import demo
+from dpobs_otel.demo import report as demo
 from dpobs_otel.sizing import payload_nbytes
-from dpobs_otel.stack import _ts, prometheus_config
-from dpobs_otel.workload import (PARTITION, ROLE_OPS, Config, Durations, Sync, Timed, Truth,
+from dpobs_otel.demo.stack import _ts, prometheus_config
+from dpobs_otel.demo.workload import (PARTITION, ROLE_OPS, Config, Durations, Sync, Timed, Truth,
                                  _Worker, make_rows, metrics_on, pack, truth_nbytes, unpack)
 
 CFG = Config(batch_size=12, min_len=3, max_len=9, trainers=2, latency_s=0.0)

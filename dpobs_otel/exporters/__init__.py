@@ -1,0 +1,2 @@
+"""How series leave a process: the Prometheus reader and its /metrics endpoint (TLS),
+file_sd registration."""
