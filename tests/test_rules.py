@@ -108,7 +108,7 @@ def test_alertmanager_grouping_and_inhibition():
     assert cfg["inhibit_rules"] == [{
         "source_matchers": ['severity="critical"'],
         "target_matchers": ['severity="warning"'],
-        "equal": ["alertname", "job"],
+        "equal": ["alertname", "job", "op"],
     }]
 
 
