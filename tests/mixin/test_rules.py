@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from promql_tokens import literal_comparisons
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "deploy/prometheus/rules"
 RECORDING = RULES / "dpobs-recording.rules.yml"
 ALERTS = RULES / "dpobs-alerts.rules.yml"
@@ -134,16 +135,72 @@ def test_runbook_has_every_anchor():
         assert r["annotations"]["runbook_url"].split("#", 1)[1] in anchors, r["alert"]
 
 
-THRESHOLD_ROW = re.compile(r"^#\s+(Dpobs\w+)\s+(critical|warning|info)\s+([=<>!]=?[\d.]+)\s+(\S+)", re.M)
+THRESHOLD_ROW = re.compile(r"^#\s+(Dpobs\w+)\s+(critical|warning|info)\s+([=<>!]=?)([\d.]+)\s+(\S+)", re.M)
 
 
 def test_threshold_table_matches_rules():
-    """The table at the top of the alerts file is the one place to read thresholds; keep it true."""
-    table = {(n, s): (t, f) for n, s, t, f in THRESHOLD_ROW.findall(ALERTS.read_text())}
+    """The table at the top of the alerts file is the one place to read thresholds; keep it
+    true. The threshold must be the whole right operand of a comparison in the expr (read
+    with a PromQL tokenizer), not merely text somewhere in it."""
+    table = {(n, s): (op, float(v), f) for n, s, op, v, f in THRESHOLD_ROW.findall(ALERTS.read_text())}
     alerts = rules(ALERTS)
     assert len(table) == len(alerts)
     for r in alerts:
-        threshold, for_ = table[(r["alert"], r["labels"]["severity"])]
-        expr = re.sub(r"\s+", "", r["expr"])
-        assert re.search(re.escape(threshold) + r"(?![\d.])", expr), (r["alert"], threshold)
+        op, threshold, for_ = table[(r["alert"], r["labels"]["severity"])]
+        assert (op, threshold) in literal_comparisons(r["expr"]), (r["alert"], op, threshold)
         assert r.get("for", "-") == for_, r["alert"]
+
+
+@pytest.mark.parametrize("expr, found", [
+    ("x > 0.25", [(">", 0.25)]),
+    ("x > 0.25 * 2", []),                   # the operand is 0.5
+    ("x > bool 0.05 and y", [(">", 0.05)]),
+    ("histogram_quantile(0.25, x) > 1", [(">", 1.0)]),
+    ('up{role!="0.25"} == 0', [("==", 0.0)]),
+    ("x >= 0.25", [(">=", 0.25)]),
+])
+def test_threshold_reader_reads_the_operand(expr, found):
+    assert literal_comparisons(expr) == found
+
+
+def _asserted(path: Path):
+    """(record name, exp_samples) of every promql_expr_test in a promtool file."""
+    for case in yaml.safe_load(path.read_text())["tests"]:
+        for t in case.get("promql_expr_test", []):
+            yield t["expr"].strip().split("{")[0], t.get("exp_samples") or []
+
+
+def test_zero_and_absent_are_told_apart():
+    """Rules that filter a denominator with `> 0` must yield no sample (not 0) when nothing
+    happened, and rules that pad with `or ... * 0` must yield 0 (not no sample) when the
+    numerator's counter was never born. promtool compares exactly (an empty exp_samples
+    fails on a 0 sample and the other way round), so each kind needs a case of its own."""
+    zero = {n for f in PROM_TESTS for n, s in _asserted(f) if any(x["value"] == 0 for x in s)}
+    absent = {n for f in PROM_TESTS for n, s in _asserted(f) if not s}
+    for r in rules(RECORDING):
+        expr = re.sub(r"\s+", " ", r["expr"])
+        if re.search(r"> 0\)", expr):
+            assert r["record"] in absent, f"{r['record']}: no case asserting it is absent"
+        if re.search(r"\* 0\b", expr):
+            assert r["record"] in zero, f"{r['record']}: no case asserting it is 0"
+
+
+def test_promtool_tells_absent_from_zero(tmp_path):
+    """The premise of the test above, on the real promtool: a rule that yields 0 fails a
+    case expecting no sample, and one that yields nothing fails a case expecting 0."""
+    (tmp_path / "r.yml").write_text(yaml.safe_dump({"groups": [{"name": "g", "rules": [
+        {"record": "zero", "expr": "sum(a) * 0"}, {"record": "none", "expr": "sum(a) > 1"}]}]}))
+
+    def case(expr: str, samples: list) -> subprocess.CompletedProcess:
+        (tmp_path / "t.yml").write_text(yaml.safe_dump({
+            "rule_files": ["r.yml"], "evaluation_interval": "1m", "tests": [{
+                "interval": "1m", "input_series": [{"series": "a", "values": "1x3"}],
+                "promql_expr_test": [{"expr": expr, "eval_time": "1m",
+                                      "exp_samples": samples}]}]}))
+        return subprocess.run([tool("promtool"), "test", "rules", str(tmp_path / "t.yml")],
+                              capture_output=True, text=True, timeout=60)
+
+    assert case("zero", [{"labels": "zero", "value": 0}]).returncode == 0
+    assert case("zero", []).returncode != 0
+    assert case("none", []).returncode == 0
+    assert case("none", [{"labels": "none", "value": 0}]).returncode != 0
