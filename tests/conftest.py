@@ -2,12 +2,36 @@
 reads the real HTTP endpoint through prometheus_client's own parser."""
 from __future__ import annotations
 
+import os
+import socket
 import urllib.request
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import dpobs_otel as dpobs
+
+IN_CI = os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+def network_isolation() -> str | None:
+    """None when this process's network namespace has only loopback, and it is up; else why
+    not (tests/test_network.py; `make test` creates the namespace)."""
+    names = [name for _, name in socket.if_nameindex()]
+    if names != ["lo"]:
+        return "interfaces besides lo: " + ", ".join(n for n in names if n != "lo")
+    try:
+        with open("/sys/class/net/lo/flags") as f:
+            up = int(f.read(), 16) & 0x1  # IFF_UP
+    except OSError as exc:
+        return f"cannot read lo's flags: {exc}"
+    return None if up else "lo is down"
+
+
+def pytest_report_header(config):
+    reason = network_isolation()
+    return ("network: loopback-only namespace" if reason is None
+            else f"network: NOT isolated ({reason})")
 
 
 def scrape(tel) -> dict[tuple[str, frozenset], float]:

@@ -24,6 +24,10 @@ init wait forever (e.g. tq.init hangs in ray.get when a storage unit cannot be
 scheduled for lack of CPUs).  ray and transfer_queue are imported lazily, so
 importing this module is free in environments without them.
 
+Loopback only: Ray binds 127.0.0.1 (its own traffic never uses the machine's other
+interfaces), runs no dashboard, and its usage stats are off (they probe the cloud metadata
+service, 169.254.169.254). `LOOPBACK_ENV` carries the same switches to child processes.
+
 Run ``python tests/tq_harness.py`` for a self-check (starter + child process).
 """
 
@@ -41,6 +45,10 @@ from typing import Any, Callable
 # The controller and each SimpleStorage unit are Ray actors with num_cpus=1.
 NUM_STORAGE_UNITS = 1
 NUM_CPUS = 2  # logical; exactly controller + one unit.  Raise it if tests add actors.
+
+LOOPBACK_IP = "127.0.0.1"
+# Environment for every process that starts or joins Ray here (set before `import ray`).
+LOOPBACK_ENV = {"RAY_USAGE_STATS_ENABLED": "0"}
 
 _started_here = False  # True only in the process whose start() created the TQ actors
 _attached_here = False
@@ -81,6 +89,7 @@ def call(fn: Callable[..., Any], *args: Any, timeout_s: float = 30.0, **kwargs: 
 def start(timeout_s: float = 90.0, num_cpus: int = NUM_CPUS) -> TQHandle:
     """Start a private local Ray instance and TransferQueue (one storage unit) in this process."""
     global _started_here
+    os.environ.update(LOOPBACK_ENV)
     import ray
     import transfer_queue as tq
 
@@ -99,6 +108,7 @@ def start(timeout_s: float = 90.0, num_cpus: int = NUM_CPUS) -> TQHandle:
         ctx = ray.init(
             address="local",
             num_cpus=num_cpus,
+            _node_ip_address=LOOPBACK_IP,
             include_dashboard=False,
             object_store_memory=100 * 1024**2,
             log_to_driver=False,
@@ -120,11 +130,13 @@ def start(timeout_s: float = 90.0, num_cpus: int = NUM_CPUS) -> TQHandle:
 def attach(address: str, timeout_s: float = 60.0) -> None:
     """In another process: join the starter's Ray cluster and get a TQ client (no new controller)."""
     global _attached_here
+    os.environ.update(LOOPBACK_ENV)
     import ray
     import transfer_queue as tq
 
     try:
-        ray.init(address=address, log_to_driver=False)  # fails fast if the address is dead
+        # fails fast if the address is dead
+        ray.init(address=address, _node_ip_address=LOOPBACK_IP, log_to_driver=False)
         # Controller is the named actor "TransferQueueController" in namespace "transfer_queue".
         # Check it exists first: if it did not, tq.init() would silently start a second TransferQueue.
         call(ray.get_actor, "TransferQueueController", namespace="transfer_queue", timeout_s=timeout_s)
