@@ -11,6 +11,7 @@ COMMANDS = {
     "demo": ("dpobs_otel.demo.report", "run the demo workload against the embedded data plane"),
     "dashboards": ("dpobs_otel.dashboards", "write the Grafana dashboards as JSON"),
     "kubernetes": ("dpobs_otel.kubernetes", "write the PodMonitor and PrometheusRule manifests"),
+    "agent": ("dpobs_otel.exporters.agent", "run the per-node Prometheus agent (remote write)"),
 }
 
 
