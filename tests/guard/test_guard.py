@@ -12,7 +12,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from tensordict import NonTensorStack, TensorDict
 
 import dpobs_otel as dpobs
-from dpobs_otel import fingerprint
+from dpobs_otel.guard import hooks
 from dpobs_otel.guard import DIGEST_PREFIX, WireGuard, digest_name
 
 GUARD_LOG = "dpobs_otel.guard"
@@ -380,7 +380,7 @@ def test_guard_failures_are_counted_never_raised(guarded, monkeypatch):
     def boom(*a, **k):
         raise RuntimeError("fingerprint exploded")
 
-    monkeypatch.setattr("dpobs_otel.guard.field_digests", boom)
+    monkeypatch.setattr("dpobs_otel.guard.hooks.field_digests", boom)
     client.put_samples(IDS, "f", batch())  # does not raise
     out = client.get_samples(IDS, "f")
     assert not any(k.startswith(DIGEST_PREFIX) for k in out.keys())
@@ -397,8 +397,8 @@ def test_off_by_default_nothing_computed_or_stored(monkeypatch):
     def forbidden(*a, **k):
         raise AssertionError("a digest was computed with the guard off")
 
-    monkeypatch.setattr(fingerprint, "field_digests", forbidden)
-    monkeypatch.setattr(fingerprint, "id_salts", forbidden)
+    monkeypatch.setattr(hooks, "field_digests", forbidden)
+    monkeypatch.setattr(hooks, "id_salts", forbidden)
     tel = dpobs.start(role="guard-off", rank=0, port=0)
     try:
         assert tel.guard is None

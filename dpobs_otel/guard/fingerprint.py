@@ -84,8 +84,6 @@ CPU_CHUNK_WORDS = 1 << 15
 # At most this many threads share the chunks of one field on the CPU (see _run_chunks).
 MAX_WORKERS = 4
 
-NONTENSOR_SENTINEL = _s64(0x6E6F6E2D74656E73)  # "non-tens": the field was not a tensor at put
-UNRECORDED_SENTINEL = _s64(0x756E7265636F7264)  # "unrecord": the guard could not fingerprint it
 
 
 class UnsupportedField(Exception):

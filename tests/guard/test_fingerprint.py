@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from dpobs_otel import fingerprint as fp
-from dpobs_otel.fingerprint import field_digests, id_salts, reference_digest
+from dpobs_otel.guard import fingerprint as fp
+from dpobs_otel.guard.fingerprint import field_digests, id_salts, reference_digest
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.float8_e4m3fn, torch.float8_e5m2,
           torch.bool, torch.int64, torch.int32, torch.int16, torch.uint8, torch.int8,
