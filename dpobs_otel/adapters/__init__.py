@@ -1,0 +1,1 @@
+"""Clients of real data planes: transferqueue, mooncake."""

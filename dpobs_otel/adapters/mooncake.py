@@ -1,0 +1,320 @@
+"""Mooncake (mooncake-transfer-engine 0.3.13) as a dpobs data plane.
+
+    from mooncake.store import MooncakeDistributedStore
+    from dpobs_otel.adapters.mooncake import MooncakeDataPlane, instrument_store
+    store = MooncakeDistributedStore(); store.setup(...)      # docs/mooncake.md
+    client = tel.instrument(MooncakeDataPlane(store))         # the protocol, measured
+    raw = instrument_store(tel, store)                        # or Mooncake's own API, measured
+
+`MooncakeDataPlane` keeps the data-plane protocol on Mooncake's keys (`ns` = namespace,
+every name part escaped so "/" and "." cannot collide):
+
+    {ns}/{partition}                 the partition's index: {sample id: [field paths]}
+    {ns}/{partition}/{sid}           the row's manifest: its fields' kinds, in order, and tags
+    {ns}/{partition}/{sid}/{field}   one value per row and field: a tensor (put_tensor), or
+                                     a pickled non-tensor value (bytes)
+
+A read takes the manifests (one batch) and then only the selected fields' keys (one batch
+for tensors, one for other values), so select_fields moves only what it names. A put merges
+into existing manifests, so a delta write adds fields to rows another process wrote; the
+guard's digest columns are int64 fields like any other and travel with the rows.
+
+Mooncake has no key listing and no compare-and-swap: the index is read-modified-written
+under a process-local lock and read back to confirm (retried on a lost update). Two
+processes updating one partition's index at the same instant can still lose an entry of the
+listing (list_sample_ids, clear of the whole partition); reads by id never depend on it.
+"""
+from __future__ import annotations
+
+import logging
+import pickle
+import threading
+
+import msgpack
+import torch
+from tensordict import TensorDict
+
+from ..stores.memory import _assemble, _check_ids, _selected_keys, _split_columns
+from .mooncake_leases import DeferredRemovals
+from .mooncake_store import (HAS_LEASE, NOT_FOUND, InstrumentedMooncakeStore, MooncakeError,
+                             instrument_store)
+
+__all__ = ["MooncakeDataPlane", "MooncakeError", "InstrumentedMooncakeStore",
+           "instrument_store"]
+
+log = logging.getLogger("dpobs_otel.adapters.mooncake")
+
+# Kinds of a stored value, as the manifest records them.
+TENSOR, SCALAR, OBJECT, RAW = 0, 1, 2, 3  # RAW: [3, dtype, shape], bytes in a uint8 tensor
+# What put_tensor keeps with dtype and shape (0.3.13; complex and the rest are refused).
+NATIVE_DTYPES = frozenset({torch.float32, torch.float64, torch.float16, torch.bfloat16,
+                           torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8,
+                           torch.bool, torch.float8_e4m3fn, torch.float8_e5m2})
+TOMBSTONE = msgpack.packb(None)  # a cleared row whose manifest is still leased
+INDEX_TRIES = 5
+
+
+def _esc(part: str) -> str:
+    return part.replace("%", "%25").replace("/", "%2F").replace(".", "%2E")
+
+
+def _path(key: tuple) -> str:
+    return ".".join(_esc(p) for p in key)
+
+
+def _encode(value):
+    """(kind, what to store) of one row's value."""
+    if isinstance(value, torch.Tensor):
+        t = value.detach().cpu().contiguous()
+        if t.dtype not in NATIVE_DTYPES:
+            return [RAW, str(t.dtype).removeprefix("torch."), list(t.shape)], \
+                t.reshape(-1).view(torch.uint8)
+        return (SCALAR if t.dim() == 0 else TENSOR), t
+    return OBJECT, pickle.dumps(value, protocol=5)
+
+
+def _decode(kind, stored):
+    if kind == TENSOR:
+        return stored
+    if kind == SCALAR:
+        return stored.reshape(())  # Mooncake hands a 0-d tensor back as shape (1,)
+    if kind == OBJECT:
+        return pickle.loads(stored)
+    _, dtype, shape = kind
+    return stored.view(getattr(torch, dtype)).reshape(shape)
+
+
+def _is_tensor_kind(kind) -> bool:
+    return kind != OBJECT
+
+
+class MooncakeDataPlane:
+    """The data-plane protocol (DESIGN.md) over a set-up MooncakeDistributedStore.
+
+    `lease_s`: the master's -default_kv_lease_ttl in seconds; a clear that meets a read
+    lease removes the rest now and the leased keys `lease_s` later (`pending_clears` counts
+    them meanwhile; docs/mooncake.md). `namespace` prefixes every key."""
+
+    def __init__(self, store, *, namespace: str = "dpobs", lease_s: float = 10.0):
+        self._s = store
+        self._ns = _esc(namespace)
+        self._index_lock = threading.Lock()
+        self._claimed: dict[tuple[str, str], set[str]] = {}
+        self._deferred = DeferredRemovals(store.batch_remove, lease_s)
+
+    def __repr__(self) -> str:
+        return f"MooncakeDataPlane(namespace={self._ns!r})"
+
+    @property
+    def store(self):
+        return self._s
+
+    @property
+    def pending_clears(self) -> int:
+        """Keys cleared but still in Mooncake, waiting for a read lease to end."""
+        return len(self._deferred)
+
+    def flush_clears(self, timeout: float = 30.0) -> bool:
+        """Wait for deferred removals; True when none is left."""
+        return self._deferred.flush(timeout)
+
+    def close(self) -> None:
+        """Stop the removal thread (pending keys stay in the store)."""
+        self._deferred.close()
+
+    # -- keys -------------------------------------------------------------------------
+    def _index_key(self, pid: str) -> str:
+        return f"{self._ns}/{_esc(pid)}"
+
+    def _row_key(self, pid: str, sid: str) -> str:
+        return f"{self._ns}/{_esc(pid)}/{_esc(sid)}"
+
+    # -- the protocol -----------------------------------------------------------------
+    def register_partition(self, partition_id: str, **_meta) -> None:
+        self._index_rmw(partition_id, lambda idx: (None, lambda after: True), create=True)
+
+    def put_samples(self, sample_ids, partition_id, fields=None, tags=None) -> None:
+        ids = _check_ids(sample_ids)
+        if fields is not None and fields.batch_size[:1] != torch.Size([len(ids)]):
+            raise ValueError(f"fields has batch size {tuple(fields.batch_size)}, "
+                             f"expected ({len(ids)},) for {len(ids)} sample ids")
+        if tags is not None and len(tags) != len(ids):
+            raise ValueError(f"{len(tags)} tags for {len(ids)} sample ids")
+        columns = _split_columns(fields) if fields is not None else {}
+        found, old_tags = self._manifests(partition_id, ids)
+        rows = [r or {} for r in found]
+        tensor_keys, tensors, object_keys, objects, manifests = [], [], [], [], []
+        for i, sid in enumerate(ids):
+            row, base = rows[i], self._row_key(partition_id, sid)
+            for key, col in columns.items():
+                kind, stored = _encode(col[i])
+                row[key] = kind
+                if kind == OBJECT:
+                    object_keys.append(f"{base}/{_path(key)}")
+                    objects.append(stored)
+                else:
+                    tensor_keys.append(f"{base}/{_path(key)}")
+                    tensors.append(stored)
+            tag = tags[i] if tags is not None else old_tags[i]
+            manifests.append(msgpack.packb([[[list(k), v] for k, v in row.items()], tag]))
+        row_keys = [self._row_key(partition_id, sid) for sid in ids]
+        self._deferred.cancel(tensor_keys + object_keys + row_keys)
+        if tensor_keys:
+            _check(self._s.batch_upsert_tensor(tensor_keys, tensors), tensor_keys)
+        if object_keys:
+            _check(self._s.upsert_batch(object_keys, objects), object_keys)
+        _check(self._s.upsert_batch(row_keys, manifests), row_keys)
+        self._index_add(partition_id, ids, rows)
+
+    def get_samples(self, sample_ids, partition_id, select_fields=None) -> TensorDict:
+        ids = _check_ids(sample_ids)
+        rows = self._manifests(partition_id, ids)[0]
+        for sid, row in zip(ids, rows):
+            if row is None:
+                raise KeyError(f"sample id {sid!r} not in partition {partition_id!r}")
+        keys = _selected_keys(rows, select_fields)
+        plan = []  # (field, kind per row, store keys)
+        for key in keys:
+            kinds = []
+            for sid, row in zip(ids, rows):
+                kind = row.get(key)
+                if kind is None:
+                    raise KeyError(f"field {'.'.join(key)!r} not written for sample id "
+                                   f"{sid!r} in partition {partition_id!r}")
+                kinds.append(kind)
+            plan.append((key, kinds, [f"{self._row_key(partition_id, sid)}/{_path(key)}"
+                                      for sid in ids]))
+        values = self._fetch(plan)
+        out = TensorDict({}, batch_size=[len(ids)])
+        for key, kinds, store_keys in plan:
+            column = []
+            for kind, skey in zip(kinds, store_keys):
+                stored = values[skey]
+                if stored is None:  # cleared between the manifest read and this one
+                    raise KeyError(f"{skey!r} vanished during the read "
+                                   f"(partition {partition_id!r})")
+                column.append(_decode(kind, stored))
+            out.set(key if len(key) > 1 else key[0], _assemble(column))
+        return out
+
+    get_data = get_samples  # TransferQueue-style name for the same read
+
+    def clear_samples(self, sample_ids, partition_id) -> None:
+        ids = None if sample_ids is None else _check_ids(sample_ids)
+        removed = self._index_drop(partition_id, ids)
+        row_keys = [self._row_key(partition_id, sid) for sid in removed]
+        keys = list(row_keys)
+        for base, paths in zip(row_keys, removed.values()):
+            keys.extend(f"{base}/{_path(tuple(p))}" for p in paths)
+        if not keys:
+            return
+        codes = self._s.batch_remove(keys)
+        leased = [k for k, c in zip(keys, codes) if c == HAS_LEASE]
+        if leased:
+            # A leased manifest still answers reads: mark the row cleared until it goes.
+            manifests = [k for k, c in zip(row_keys, codes) if c == HAS_LEASE]
+            if manifests:
+                _check(self._s.upsert_batch(manifests, [TOMBSTONE] * len(manifests)),
+                       manifests)
+            self._deferred.add(leased)
+        failed = [(k, c) for k, c in zip(keys, codes) if c not in (0, NOT_FOUND, HAS_LEASE)]
+        if failed:
+            raise MooncakeError(failed[0][1], f"remove of {failed[0][0]!r} "
+                                              f"({len(failed)} keys failed)")
+
+    def list_sample_ids(self, partition_id) -> list[str]:
+        return list(self._read_index(partition_id))
+
+    def claim_meta(self, partition_id, count, consumer="default") -> list[str]:
+        """Up to `count` ids this consumer has not claimed yet, oldest first. The claims are
+        this process's: Mooncake keeps no consumer state."""
+        live = self.list_sample_ids(partition_id)
+        claimed = self._claimed.setdefault((partition_id, consumer), set())
+        claimed.intersection_update(live)
+        ids = [sid for sid in live if sid not in claimed][:count]
+        claimed.update(ids)
+        return ids
+
+    def get_tags(self, sample_ids, partition_id) -> list:
+        rows, tags = self._manifests(partition_id, list(sample_ids))
+        return [t if r is not None else None for r, t in zip(rows, tags)]
+
+    # -- manifests and the index --------------------------------------------------------
+    def _manifests(self, pid, ids):
+        """([{field path: kind} or None per id], [tags per id]); None: absent or cleared."""
+        raw = self._s.get_batch([self._row_key(pid, sid) for sid in ids])
+        rows, tags = [], []
+        for blob in raw:
+            m = msgpack.unpackb(blob, use_list=True) if blob else None
+            if m is None:
+                rows.append(None)
+                tags.append(None)
+                continue
+            rows.append({tuple(p): kind for p, kind in m[0]})
+            tags.append(m[1])
+        return rows, tags
+
+    def _fetch(self, plan) -> dict:
+        tensor_keys = [k for _, kinds, keys in plan for kind, k in zip(kinds, keys)
+                       if _is_tensor_kind(kind)]
+        object_keys = [k for _, kinds, keys in plan for kind, k in zip(kinds, keys)
+                       if not _is_tensor_kind(kind)]
+        values = {}
+        if tensor_keys:
+            values.update(zip(tensor_keys, self._s.batch_get_tensor(tensor_keys)))
+        if object_keys:
+            values.update((k, v or None) for k, v in
+                          zip(object_keys, self._s.get_batch(object_keys)))
+        return values
+
+    def _read_index(self, pid) -> dict:
+        blob = self._s.get(self._index_key(pid))
+        if not blob:
+            raise KeyError(f"partition {pid!r} does not exist")
+        return msgpack.unpackb(blob, use_list=True)
+
+    def _index_add(self, pid, ids, rows) -> None:
+        def add(idx):
+            for sid, row in zip(ids, rows):
+                idx[sid] = [list(p) for p in row]
+            return None, lambda after: all(sid in after for sid in ids)
+        self._index_rmw(pid, add, create=True)
+
+    def _index_drop(self, pid, ids) -> dict:
+        def drop(idx):
+            gone = list(idx) if ids is None else ids
+            missing = [sid for sid in gone if sid not in idx]
+            if missing:
+                raise KeyError(f"sample id {missing[0]!r} not in partition {pid!r}")
+            removed = {sid: idx.pop(sid) for sid in gone}
+            return removed, lambda after: not any(sid in after for sid in removed)
+        return self._index_rmw(pid, drop, create=False)
+
+    def _index_rmw(self, pid, mutate, create):
+        """Read, mutate, write and read back the partition index: without compare-and-swap,
+        the read-back is how a concurrent writer's overwrite is noticed (and redone)."""
+        key = self._index_key(pid)
+        with self._index_lock:
+            for _ in range(INDEX_TRIES):
+                blob = self._s.get(key)
+                if not blob and not create:
+                    raise KeyError(f"partition {pid!r} does not exist")
+                idx = msgpack.unpackb(blob, use_list=True) if blob else {}
+                result, landed = mutate(idx)
+                _check(self._s.upsert(key, msgpack.packb(idx)), [key])
+                if landed(msgpack.unpackb(self._s.get(key) or b"\x80", use_list=True)):
+                    return result
+            log.warning("dpobs mooncake: index of partition %r kept changing under "
+                        "concurrent writers; the listing may miss an update", pid)
+            return result
+
+
+def _check(codes, keys) -> None:
+    """Raise MooncakeError on the first negative code (an int or a list of them)."""
+    if isinstance(codes, int):
+        if codes < 0:
+            raise MooncakeError(codes, f"{len(keys)} keys, first {keys[0]!r}")
+        return
+    for key, code in zip(keys, codes):
+        if code < 0:
+            raise MooncakeError(code, f"key {key!r}")

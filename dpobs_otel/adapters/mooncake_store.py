@@ -1,0 +1,233 @@
+"""A MooncakeDistributedStore with its put / get / remove families measured as the ops
+put / get / clear, for code that calls Mooncake directly (`instrument_store`).
+
+The accounting is the core's: an InstrumentedClient over the store, used only for its
+`_done` / `_failed` bookkeeping (duration histogram, calls, keys, bytes, missing rows,
+occupancy, dpobs's own time), so Mooncake ops land in exactly the series the protocol's ops
+do. Its protocol methods are never called: the guard needs TensorDict rows and has nowhere to
+keep digests beside a raw key, so raw keys are measured, not guarded.
+
+What Mooncake reports, and how it is counted:
+  * Most failures are negative return codes, not exceptions. A call with any negative code
+    counts as one failed operation with error_type="MooncakeError<code>" (e.g.
+    "MooncakeError-706": a remove that met a read lease; "-704": not found). The codes are
+    Mooncake's ErrorCode enum, a bounded set; anything outside -1..-9999 is "MooncakeError".
+    A batch call that partly succeeded also counts the keys and bytes of the items that did.
+  * Bytes are payload bytes: a tensor's nbytes, a buffer's nbytes, the `size` of a *_from
+    call. Never `get_size`, which includes Mooncake's per-object header.
+  * get_tensor's None and get's b'' are a missing key: rows.missing, not an error.
+The return value and any exception reach the caller unchanged.
+"""
+from __future__ import annotations
+
+import re
+from time import perf_counter
+
+from ..client import InstrumentedClient
+from ..sizing import tensor_nbytes
+
+__all__ = ["MooncakeError", "InstrumentedMooncakeStore", "instrument_store", "error_type"]
+
+# The one occupancy "partition" and "field" raw keys live under (Occupancy's vocabulary).
+RAW_PARTITION = ""
+RAW_FIELD = "value"
+NOT_FOUND = -704  # ErrorCode::OBJECT_NOT_FOUND
+HAS_LEASE = -706  # ErrorCode::OBJECT_HAS_LEASE
+_NAMES = {-1: "INTERNAL_ERROR", -600: "INVALID_PARAMS", -704: "OBJECT_NOT_FOUND",
+          -705: "OBJECT_ALREADY_EXISTS", -706: "OBJECT_HAS_LEASE", -800: "TRANSFER_FAIL",
+          -900: "RPC_FAIL"}
+
+
+def error_type(code: int) -> str:
+    """The bounded error_type label of a Mooncake return code."""
+    return f"MooncakeError{code}" if -10000 < code < 0 else "MooncakeError"
+
+
+class MooncakeError(RuntimeError):
+    """A Mooncake call returned a negative code (MooncakeDataPlane raises these)."""
+
+    def __init__(self, code: int, what: str = ""):
+        self.code = code
+        name = _NAMES.get(code, "error")
+        super().__init__(f"Mooncake {name} ({code}){': ' + what if what else ''}")
+
+
+def _nbytes(v) -> int:
+    if hasattr(v, "element_size"):
+        return tensor_nbytes(v)
+    return memoryview(v).nbytes
+
+
+def _first_error(codes) -> int:
+    if isinstance(codes, int):
+        return codes if codes < 0 else 0
+    return next((c for c in codes if isinstance(c, int) and c < 0), 0)
+
+
+# -- what each measured method names, moves and returns ---------------------------------
+# Each reader returns (keys named, read bytes, write bytes, missing, ok keys, error code).
+def _put_one(args, rc):
+    ok = rc >= 0
+    return 1, 0, _nbytes(args[1]) if ok else 0, 0, [args[0]] if ok else [], _first_error(rc)
+
+
+def _put_parts(args, rc):
+    ok = rc >= 0
+    return (1, 0, sum(_nbytes(p) for p in args[1:]) if ok else 0, 0, [args[0]] if ok else [],
+            _first_error(rc))
+
+
+def _put_from(args, rc):
+    ok = rc >= 0
+    return 1, 0, int(args[2]) if ok else 0, 0, [args[0]] if ok else [], _first_error(rc)
+
+
+def _put_many(args, rc):
+    keys, values = args[0], args[1]
+    if isinstance(rc, int):  # put_batch / upsert_batch: one code for the batch
+        ok = [True] * len(keys) if rc >= 0 else [False] * len(keys)
+    else:
+        ok = [c >= 0 for c in rc]
+    nbytes = sum(_nbytes(v) for v, good in zip(values, ok) if good)
+    return len(keys), 0, nbytes, 0, [k for k, good in zip(keys, ok) if good], _first_error(rc)
+
+
+def _put_many_from(args, rc):
+    keys, sizes = args[0], args[2]
+    nbytes = sum(int(s) for s, c in zip(sizes, rc) if c >= 0)
+    return len(keys), 0, nbytes, 0, [k for k, c in zip(keys, rc) if c >= 0], _first_error(rc)
+
+
+def _get_one(args, out):
+    if out is None or (isinstance(out, bytes) and not out):
+        return 1, 0, 0, 1, [], 0  # Mooncake stores no empty object: b'' means absent
+    return 1, _nbytes(out), 0, 0, [], 0
+
+
+def _get_many(args, out):
+    got = [v for v in out if v is not None and not (isinstance(v, bytes) and not v)]
+    return len(args[0]), sum(_nbytes(v) for v in got), 0, len(out) - len(got), [], 0
+
+
+def _get_into(args, rc):
+    return 1, max(rc, 0), 0, 1 if rc == NOT_FOUND else 0, [], _first_error(rc)
+
+
+def _get_many_into(args, rc):
+    read = sum(c for c in rc if c > 0)
+    missing = sum(1 for c in rc if c == NOT_FOUND)
+    return len(args[0]), read, 0, missing, [], _first_error(rc)
+
+
+def _remove_one(args, rc):
+    gone = [args[0]] if rc in (0, NOT_FOUND) else []
+    return 1, 0, 0, 0, gone, _first_error(rc)
+
+
+def _remove_many(args, rc):
+    gone = [k for k, c in zip(args[0], rc) if c in (0, NOT_FOUND)]
+    return len(args[0]), 0, 0, 0, gone, _first_error(rc)
+
+
+def _remove_count(args, rc):
+    return max(rc, 0), 0, 0, 0, None, _first_error(rc)
+
+
+_PUT = {"put_tensor": _put_one, "upsert_tensor": _put_one, "pub_tensor": _put_one,
+        "upsert_pub_tensor": _put_one, "put": _put_one, "upsert": _put_one,
+        "put_parts": _put_parts, "upsert_parts": _put_parts,
+        "put_from": _put_from, "upsert_from": _put_from,
+        "batch_put_tensor": _put_many, "batch_upsert_tensor": _put_many,
+        "batch_pub_tensor": _put_many, "batch_upsert_pub_tensor": _put_many,
+        "put_batch": _put_many, "upsert_batch": _put_many,
+        "batch_put_from": _put_many_from, "batch_upsert_from": _put_many_from}
+_GET = {"get_tensor": _get_one, "get": _get_one, "batch_get_tensor": _get_many,
+        "get_batch": _get_many, "get_into": _get_into, "batch_get_into": _get_many_into}
+_CLEAR = {"remove": _remove_one, "batch_remove": _remove_many,
+          "remove_by_regex": _remove_count, "remove_all": _remove_count}
+MEASURED = {**{m: ("put", f) for m, f in _PUT.items()},
+            **{m: ("get", f) for m, f in _GET.items()},
+            **{m: ("clear", f) for m, f in _CLEAR.items()}}
+
+
+class InstrumentedMooncakeStore:
+    """The store's methods, those in MEASURED timed and counted; everything else untouched."""
+
+    def __init__(self, tel, store):
+        self._store = store
+        self._tel = tel
+        self._acct = InstrumentedClient(store, tel)  # the core's bookkeeping, reused
+
+    def __getattr__(self, name):
+        store = self.__dict__.get("_store")
+        if store is None:
+            raise AttributeError(name)
+        attr = getattr(store, name)
+        spec = MEASURED.get(name)
+        if spec is None or not callable(attr):
+            return attr
+        op, reader = spec
+
+        def measured(*args, **kwargs):
+            return self._measured(op, reader, name, attr, args, kwargs)
+        measured.__name__ = name
+        return measured
+
+    def __repr__(self) -> str:
+        return f"InstrumentedMooncakeStore({self._store!r})"
+
+    @property
+    def inner(self):
+        return self._store
+
+    def _measured(self, op, reader, name, fn, args, kwargs):
+        acct = self._acct
+        t1 = perf_counter()
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException as exc:
+            acct._failed(op, exc, perf_counter() - t1)
+            raise
+        t2 = perf_counter()
+        try:
+            keys, read, write, missing, ok, code = reader(args, result)
+            occupy = ((RAW_PARTITION, ok, {RAW_FIELD: write})
+                      if op == "put" and ok else None)
+            acct._done(op, t2 - t1, keys, read=read, write=write, missing=missing,
+                       occupy=occupy, t_end=t2)
+            if op == "clear":
+                self._release(name, args, ok, result)
+            if code:
+                self._error(op, code)
+        except Exception as exc:
+            self._tel.internal_error("adapter", exc)
+        return result
+
+    def _release(self, name, args, gone, result) -> None:
+        """Occupancy: removed keys (and keys already absent) are no longer outstanding."""
+        acct = self._acct
+        with acct._stats.lock:
+            if name == "remove_all":
+                if result >= 0:
+                    acct._occ.release(RAW_PARTITION, None)
+                return
+            if gone is None:  # remove_by_regex: the keys we know that match, if all went
+                pattern = re.compile(args[0])
+                matched = [k for k in acct._occ.live(RAW_PARTITION) if pattern.search(k)]
+                gone = matched if result >= len(matched) else []
+            if gone:
+                acct._occ.release(RAW_PARTITION, gone)
+
+    def _error(self, op, code) -> None:
+        # One failed operation, its call already counted by _done (a batch may have partly
+        # succeeded, so its bytes and keys were counted too).
+        st = self._acct._stats
+        key = (op, error_type(code))
+        with st.lock:
+            st.op(op).errors += 1
+            st.errors[key] = st.errors.get(key, 0) + 1
+
+
+def instrument_store(tel, store) -> InstrumentedMooncakeStore:
+    """`store` (a set-up mooncake.store.MooncakeDistributedStore) measured by `tel`."""
+    return InstrumentedMooncakeStore(tel, store)

@@ -1,0 +1,429 @@
+"""MooncakeDataPlane and instrument_store against a real mooncake_master on loopback.
+
+Skipped only when the mooncake wheel is not installed (`pip install 'dpobs-otel[mooncake]'`,
+which `make` does); an installed wheel that fails to import (e.g. libibverbs1 missing)
+fails here instead."""
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import json
+import multiprocessing
+import os
+import urllib.request
+
+import msgpack
+import pytest
+import torch
+from conftest import scrape, value
+from tensordict import NonTensorData, NonTensorStack, TensorDict
+
+if importlib.util.find_spec("mooncake") is None:
+    pytest.skip("the mooncake wheel is not installed (pip install 'dpobs-otel[mooncake]')",
+                allow_module_level=True)
+
+import mooncake.store  # noqa: E402,F401  an installed wheel must import: no skip past here
+
+import dpobs_otel as dpobs  # noqa: E402
+from dpobs_otel.adapters.mooncake import MooncakeDataPlane, MooncakeError  # noqa: E402
+from dpobs_otel.adapters.mooncake import instrument_store  # noqa: E402
+from dpobs_otel.adapters.mooncake_master import MooncakeMaster, connect_store  # noqa: E402
+
+LEASE_MS = 300
+IDS = ["a", "b", "c"]
+OPS = "dpobs_client_operation_duration_seconds_count"
+BYTES = "dpobs_client_transferred_bytes_total"
+KEYS = "dpobs_client_keys_total"
+ERRORS = "dpobs_client_operation_errors_total"
+_ns = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def master():
+    with MooncakeMaster(lease_ms=LEASE_MS) as m:
+        yield m
+
+
+@pytest.fixture(scope="module")
+def store(master):
+    s = master.connect()
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def dp(store, master):
+    plane = MooncakeDataPlane(store, namespace=f"t{next(_ns)}", lease_s=master.lease_s)
+    yield plane
+    plane.close()
+
+
+def _master_keys(master) -> list[str]:
+    body = urllib.request.urlopen(master.admin_url + "/get_all_keys", timeout=10).read()
+    return [k for k in body.decode().split("\n") if k]
+
+
+def _batch():
+    tok = torch.nested.nested_tensor([torch.arange(n) for n in (2, 5, 3)], layout=torch.jagged)
+    td = TensorDict({"tok": tok, "adv": torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])},
+                    batch_size=[3])
+    td["meta"] = NonTensorStack("x", "y", "z")
+    return td
+
+
+def _bits(t: torch.Tensor) -> list:
+    return t.contiguous().view(torch.uint8).tolist() if t.numel() else []
+
+
+# -- the protocol, mirroring tests/stores/test_memory.py ------------------------------
+def test_round_trip_keeps_jagged_dense_and_nontensor(dp):
+    dp.put_samples(IDS, "p", _batch())
+    out = dp.get_samples(["c", "a"], "p")
+    assert out.batch_size == torch.Size([2])
+    assert out["tok"].is_nested
+    assert [r.tolist() for r in out["tok"].unbind()] == [[0, 1, 2], [0, 1]]
+    assert torch.equal(out["adv"], torch.tensor([[5.0, 6.0], [1.0, 2.0]]))
+    assert out.get("meta").tolist() == ["z", "x"]
+
+
+def test_uniform_jagged_rows_come_back_dense(dp):
+    tok = torch.nested.nested_tensor([torch.arange(4), torch.arange(4) + 1], layout=torch.jagged)
+    dp.put_samples(["a", "b"], "p", TensorDict({"tok": tok}, batch_size=[2]))
+    out = dp.get_samples(["a", "b"], "p")["tok"]
+    assert not out.is_nested and out.tolist() == [[0, 1, 2, 3], [1, 2, 3, 4]]
+
+
+DTYPES = [torch.float32, torch.bfloat16, torch.bool, torch.int64, torch.float8_e4m3fn,
+          torch.complex64, torch.uint8, torch.float16, torch.int32, torch.float64]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", [(4,), (4, 3), (4, 0), (4, 2, 3), (4, 1)], ids=str)
+def test_every_dtype_and_shape_round_trips_bit_exact(dp, dtype, shape):
+    g = torch.Generator().manual_seed(sum(shape) + len(str(dtype)))
+    t = (torch.randn(shape, generator=g) * 3).to(dtype)
+    ids = [f"r{i}" for i in range(shape[0])]
+    dp.put_samples(ids, "p", TensorDict({"x": t}, batch_size=[shape[0]]))
+    out = dp.get_samples(ids[::-1], "p")["x"]  # row by row, reversed
+    assert out.dtype == dtype and out.shape == torch.Size(shape)  # (N,) stays (N,)
+    assert _bits(out) == _bits(t[torch.arange(shape[0] - 1, -1, -1)])
+
+
+def test_non_contiguous_and_expanded_views_round_trip(dp):
+    base = torch.arange(12.0).reshape(3, 4)
+    td = TensorDict({"t": base.t(), "e": torch.tensor([[1.5]]).expand(4, 5)}, batch_size=[4])
+    ids = ["w", "x", "y", "z"]
+    dp.put_samples(ids, "p", td)
+    out = dp.get_samples(ids, "p")
+    assert torch.equal(out["t"], base.t()) and torch.equal(out["e"], torch.full((4, 5), 1.5))
+
+
+def test_nested_tensordict_fields_and_tags(dp):
+    td = TensorDict({"obs": TensorDict({"a": torch.ones(2, 3), "b": torch.zeros(2)}, [2])},
+                    batch_size=[2])
+    dp.put_samples(["u", "v"], "p", td, tags=[{"step": 1}, {"step": 2}])
+    out = dp.get_samples(["v"], "p", [("obs", "a")])
+    assert list(out.keys(include_nested=True, leaves_only=True)) == [("obs", "a")]
+    assert dp.get_samples(["u", "v"], "p")["obs", "b"].shape == (2,)
+    assert dp.get_tags(["v", "u", "nope"], "p") == [{"step": 2}, {"step": 1}, None]
+
+
+def test_select_fields_and_delta_writes(dp):
+    dp.put_samples(IDS, "p", _batch())
+    dp.put_samples(["b"], "p", TensorDict({"extra": torch.tensor([9])}, batch_size=[1]))
+    assert set(dp.get_samples(["b"], "p").keys()) == {"tok", "adv", "meta", "extra"}
+    assert set(dp.get_samples(IDS, "p").keys()) == {"tok", "adv", "meta"}  # common only
+    assert list(dp.get_samples(["a"], "p", ["adv"]).keys()) == ["adv"]
+    with pytest.raises(KeyError, match="extra.*'a'"):
+        dp.get_samples(["a", "b"], "p", ["extra"])
+    # a rewrite replaces (Mooncake's put would keep the old object; the adapter upserts)
+    dp.put_samples(["a"], "p", TensorDict({"adv": torch.tensor([[7.0, 8.0]])}, [1]))
+    assert dp.get_samples(["a"], "p", ["adv"])["adv"].tolist() == [[7.0, 8.0]]
+
+
+def test_store_copies_the_callers_buffers(dp):
+    td = _batch()
+    dp.put_samples(IDS, "p", td)
+    td["adv"].zero_()
+    assert dp.get_samples(["a"], "p")["adv"].tolist() == [[1.0, 2.0]]
+
+
+def test_missing_id_and_partition_name_themselves(dp):
+    dp.put_samples(IDS, "p", _batch())
+    with pytest.raises(KeyError, match="'zz'.*'p'"):
+        dp.get_samples(["a", "zz"], "p")
+    with pytest.raises(KeyError, match="'nope'"):
+        dp.get_samples(["a"], "nope")
+    with pytest.raises(KeyError, match="'nope'"):
+        dp.list_sample_ids("nope")
+    with pytest.raises(ValueError, match="batch size"):
+        dp.put_samples(["a"], "p", _batch())
+
+
+def test_clear_subset_and_whole_partition(dp):
+    dp.put_samples(IDS, "p", _batch())
+    dp.clear_samples(["b"], "p")
+    assert dp.list_sample_ids("p") == ["a", "c"]
+    with pytest.raises(KeyError, match="'b'"):
+        dp.clear_samples(["b"], "p")
+    dp.clear_samples(None, "p")
+    assert dp.list_sample_ids("p") == []  # registered, empty, as in the in-memory store
+
+
+def test_claim_meta_hands_each_id_once_per_consumer(dp):
+    dp.put_samples(IDS, "p", _batch())
+    assert dp.claim_meta("p", 2) == ["a", "b"]
+    assert dp.claim_meta("p", 2) == ["c"]
+    assert dp.claim_meta("p", 5, consumer="other") == IDS
+
+
+def test_names_with_separators_do_not_collide(dp):
+    one = TensorDict({"x": torch.tensor([1])}, [1])
+    two = TensorDict({"x": torch.tensor([2])}, [1])
+    dp.put_samples(["a/b"], "p", one)
+    dp.put_samples(["b"], "p/a", two)  # would be the same key without escaping
+    dp.put_samples(["a%2Fb"], "p", two)
+    assert dp.get_samples(["a/b"], "p")["x"].tolist() == [1]
+    assert dp.list_sample_ids("p") == ["a/b", "a%2Fb"]
+
+
+def test_unsupported_value_is_the_stores_error_not_silence(dp):
+    with pytest.raises(TypeError):
+        dp.put_samples(["a"], "p", TensorDict({"x": torch.ones(1)}, [1]), tags=[{"f": object()}])
+
+
+# -- the read lease -------------------------------------------------------------------
+def test_remove_right_after_a_read_meets_the_lease(store):
+    """The premise of the deferral, measured on the real master."""
+    store.put_tensor("lease-probe", torch.ones(2))
+    assert store.get_tensor("lease-probe") is not None
+    assert store.remove("lease-probe") == -706
+
+
+def test_put_read_clear_loop_does_not_leak_leased_rows(dp, master):
+    ns_keys = lambda: [k for k in _master_keys(master) if k.startswith(dp._ns + "/")]  # noqa: E731
+    pending_seen = []
+    for step in range(6):
+        ids = [f"s{step}-{i}" for i in range(8)]
+        dp.put_samples(ids, "loop", _batch_n(8))
+        dp.get_samples(ids, "loop")  # every key read: each remove meets a lease
+        dp.clear_samples(ids, "loop")
+        pending_seen.append(dp.pending_clears)
+        with pytest.raises(KeyError):  # cleared now, whatever the store still holds
+            dp.get_samples(ids[:1], "loop")
+    assert min(pending_seen) > 0  # the lease really was met
+    assert dp.flush_clears(timeout=10 * master.lease_s + 5)
+    assert dp.pending_clears == 0 and dp._deferred.removed > 0
+    assert ns_keys() == [f"{dp._ns}/loop"]  # only the (empty) index is left
+
+
+def test_a_row_put_again_survives_its_earlier_deferred_removal(dp, master):
+    td = TensorDict({"x": torch.tensor([[1.0]])}, [1])
+    dp.put_samples(["k"], "p", td)
+    dp.get_samples(["k"], "p")
+    dp.clear_samples(["k"], "p")
+    assert dp.pending_clears > 0
+    dp.put_samples(["k"], "p", TensorDict({"x": torch.tensor([[2.0]])}, [1]))
+    assert dp.flush_clears(timeout=10 * master.lease_s + 5)
+    assert dp.get_samples(["k"], "p")["x"].tolist() == [[2.0]]
+
+
+def _batch_n(n):
+    return TensorDict({"x": torch.arange(n * 3, dtype=torch.float32).reshape(n, 3),
+                       "tok": torch.nested.nested_tensor([torch.arange(i + 1) for i in range(n)],
+                                                         layout=torch.jagged)}, [n])
+
+
+# -- measured through dpobs -----------------------------------------------------------
+def test_protocol_workload_counts_and_bytes_are_exact(tel, dp):
+    client = tel.instrument(dp)
+    truth = {"put": 0, "get": 0, "keys_get": 0}
+    ids_all = []
+    for step in range(5):
+        n = 3 + step
+        ids = [f"s{step}-{i}" for i in range(n)]
+        td = _batch_n(n)
+        td["meta"] = NonTensorData({"step": step})
+        client.put_samples(ids, "train", td)
+        truth["put"] += n * 3 * 4 + sum(range(1, n + 1)) * 8 + len(msgpack.packb({"step": step}))
+        got = client.get_samples(ids[:2], "train", ["tok", "x"])
+        truth["get"] += got["tok"].values().nbytes + got["x"].nbytes
+        truth["keys_get"] += 2
+        ids_all += ids
+    client.clear_samples(ids_all[:4], "train")
+    client.clear_samples(None, "train")
+    s = scrape(tel)
+    assert value(s, OPS, op="put") == 5 and value(s, OPS, op="get") == 5
+    assert value(s, OPS, op="clear") == 2
+    assert value(s, BYTES, op="put", direction="write") == truth["put"]
+    assert value(s, BYTES, op="get", direction="read") == truth["get"]
+    assert value(s, KEYS, op="put") == len(ids_all) and value(s, KEYS, op="get") == 10
+    assert value(s, KEYS, op="clear") == len(ids_all)
+    assert value(s, "dpobs_client_outstanding_keys") == 0
+    with pytest.raises(KeyError):
+        client.get_samples(["ghost"], "train")
+    assert value(scrape(tel), ERRORS, op="get", error_type="KeyError") == 1
+
+
+def test_raw_store_ops_exact_bytes_codes_and_misses(tel, store):
+    raw = instrument_store(tel, store)
+    a, b = torch.arange(12, dtype=torch.float32), torch.ones(5, 7, dtype=torch.bfloat16)
+    keys = ["raw-a", "raw-b", "raw-c"]
+    assert raw.put_tensor(keys[0], a) == 0
+    assert raw.batch_put_tensor(keys[1:], [b, torch.zeros(3, dtype=torch.int64)]) == [0, 0]
+    assert raw.put("raw-bytes", b"hello world") == 0
+    written = a.nbytes + b.nbytes + 24 + 11
+    stored = sum(store.get_size(k) for k in keys)  # Mooncake's own sizes: with headers
+    assert stored > a.nbytes + b.nbytes + 24  # so they are not what the series count
+    got = raw.batch_get_tensor(keys[:2] + ["raw-missing"])
+    assert got[2] is None and torch.equal(got[0], a)
+    assert raw.get("raw-bytes") == b"hello world"
+    assert raw.get_tensor("raw-missing") is None
+    assert raw.remove("raw-a") == -706  # read (and sized) just now: leased
+    assert raw.remove("raw-never") == -704
+    s = scrape(tel)
+    assert value(s, OPS, op="put") == 3 and value(s, KEYS, op="put") == 4
+    assert value(s, BYTES, op="put", direction="write") == written
+    assert value(s, BYTES, op="get", direction="read") == a.nbytes + b.nbytes + 11
+    assert value(s, "dpobs_client_rows_missing_total", op="get") == 2
+    assert value(s, ERRORS, op="clear", error_type="MooncakeError-706") == 1
+    assert value(s, ERRORS, op="clear", error_type="MooncakeError-704") == 1
+    assert value(s, OPS, op="clear") == 2
+    assert value(s, "dpobs_client_outstanding_keys") == 4  # raw-a is still there
+    # A mixed batch: the removed keys and their calls count, the leased one is an error.
+    codes = raw.batch_remove(["raw-a", "raw-bytes"])
+    assert codes[1] in (0, -706)
+    s = scrape(tel)
+    assert value(s, OPS, op="clear") == 3
+    assert value(s, ERRORS, op="clear", error_type="MooncakeError-706") == 1 + (-706 in codes)
+
+
+def test_raw_store_exceptions_propagate_unchanged_and_codes_are_errors(tel, store):
+    raw = instrument_store(tel, store)
+    with pytest.raises(TypeError) as info:
+        raw.put_tensor(123, torch.ones(1))  # pybind refuses the key: a real exception
+    with pytest.raises(TypeError) as bare:
+        store.put_tensor(123, torch.ones(1))
+    assert str(info.value) == str(bare.value)
+    assert raw.put_tensor("raw-x", "not a tensor") == -600  # Mooncake's code, unchanged
+    s = scrape(tel)
+    assert value(s, ERRORS, op="put", error_type="TypeError") == 1
+    assert value(s, ERRORS, op="put", error_type="MooncakeError-600") == 1
+    assert value(s, OPS, op="put") == 2
+    assert value(s, BYTES, op="put", direction="write") == 0
+    assert value(s, "dpobs_client_outstanding_keys") == 0
+    assert raw.get_hostname() == store.get_hostname()  # unmeasured methods pass through
+
+
+def test_raw_store_occupancy_returns_to_zero(tel, store):
+    raw = instrument_store(tel, store)
+    raw.batch_put_tensor(["occ-1", "occ-2"], [torch.ones(4), torch.ones(8)])
+    raw.upsert("occ-3", b"xyz")
+    assert value(scrape(tel), "dpobs_client_outstanding_size_bytes") == 51
+    assert raw.remove_by_regex("^occ-") == 3  # nothing read them: no lease
+    s = scrape(tel)
+    assert value(s, "dpobs_client_outstanding_keys") == 0
+    assert value(s, KEYS, op="clear") == 3
+
+
+# -- the wire guard across processes ------------------------------------------------
+N = 32
+PART = "rollout"
+_WORKER: dict = {}
+
+
+def _payload():
+    g = torch.Generator().manual_seed(7)
+    lengths = torch.randint(1, 50, (N,), generator=g).tolist()
+    return TensorDict({
+        "input_ids": torch.nested.nested_tensor(
+            [torch.randint(0, 32000, (n,), generator=g) for n in lengths], layout=torch.jagged),
+        "logprobs": torch.randn(N, 16, generator=g).to(torch.bfloat16),
+        "mask": torch.rand(N, 16, generator=g) > 0.3,
+        "prompt": NonTensorStack(*[f"p{i}" for i in range(N)]),
+    }, batch_size=[N])
+
+
+def _plane(addr):
+    """This worker's data plane; its store (and segment) stays up for later calls."""
+    if "plane" not in _WORKER:
+        _WORKER["plane"] = MooncakeDataPlane(connect_store(*addr, 32 << 20, 32 << 20),
+                                             namespace="guard", lease_s=LEASE_MS / 1000)
+    return _WORKER["plane"]
+
+
+def _guard_counts(tel) -> dict:
+    out: dict = {}
+    for family in tel.registry.collect():
+        for s in family.samples:
+            if s.name.startswith("dpobs_guard_") and s.name.endswith("_total"):
+                out[s.name] = out.get(s.name, 0.0) + s.value
+    return out
+
+
+def _writer(addr) -> dict:
+    tel = dpobs.start(role="rollout", rank=0, port=0, verify_tensor_hash=True)
+    try:
+        client = tel.instrument(_plane(addr))
+        client.register_partition(PART)
+        client.put_samples([f"uid-{i}" for i in range(N)], PART, _payload())
+        return _guard_counts(tel)
+    finally:
+        tel.shutdown()
+
+
+def _tamper(addr) -> None:
+    """A bare client, no guard: flip one bit of one row, keep the writer's digest column."""
+    raw = _plane(addr)
+    row = raw.get_samples(["uid-17"], PART)
+    logp = row["logprobs"].clone()
+    logp.view(torch.int16)[0, 3] ^= 1
+    row.set("logprobs", logp)
+    raw.put_samples(["uid-17"], PART, row)
+
+
+def _reader(addr) -> dict:
+    tel = dpobs.start(role="trainer", rank=1, port=0, verify_tensor_hash=True)
+    try:
+        client = tel.instrument(_plane(addr))
+        out = client.get_samples([f"uid-{i}" for i in range(N)][::-1], PART)
+        return {"counts": _guard_counts(tel), "keys": sorted(out.keys()), "pid": os.getpid()}
+    finally:
+        tel.shutdown()
+
+
+@pytest.mark.slow
+def test_guard_across_processes_catches_a_row_rewritten_by_a_bare_client(master):
+    addr = (master.rpc_address, master.metadata_url)
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(1) as writer, ctx.Pool(1) as reader, ctx.Pool(1) as tamperer:
+        written = writer.apply(_writer, (addr,))
+        assert written["dpobs_guard_rows_recorded_total"] == 3 * N  # the three tensor fields
+        clean = reader.apply(_reader, (addr,))
+        assert clean["pid"] != os.getpid()
+        c = clean["counts"]
+        assert c["dpobs_guard_rows_checked_total"] == 3 * N
+        assert c.get("dpobs_guard_rows_mismatched_total", 0) == 0
+        assert c.get("dpobs_guard_rows_unverified_total", 0) == 0
+        assert clean["keys"] == ["input_ids", "logprobs", "mask", "prompt"]  # digests stripped
+        tamperer.apply(_tamper, (addr,))
+        caught = reader.apply(_reader, (addr,))["counts"]
+    assert caught["dpobs_guard_rows_mismatched_total"] == 1
+    assert caught["dpobs_guard_rows_checked_total"] == 3 * N
+
+
+def test_master_listens_on_loopback_only(master):
+    """What the launcher starts binds 127.0.0.1: the master's RPC and admin servers and the
+    metadata server (read from the kernel's socket table, not from our flags)."""
+    ports = {master.rpc_port, master.metadata_port, master.metrics_port}
+    seen = {}
+    for path in ("/proc/net/tcp", "/proc/net/tcp6"):
+        if not os.path.exists(path):
+            continue
+        for line in open(path).read().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            addr, port = local.rsplit(":", 1)
+            if state == "0A" and int(port, 16) in ports:  # LISTEN
+                seen[int(port, 16)] = addr
+    assert set(seen) == ports
+    assert all(a == "0100007F" for a in seen.values()), json.dumps(seen)
