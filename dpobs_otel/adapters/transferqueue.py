@@ -1,8 +1,9 @@
 """TransferQueue (0.1.11) on dpobs: its key-value API measured as the ops of the contract.
 
-    import dpobs_otel as dpobs, dpobs_otel.transferqueue
+    import dpobs_otel as dpobs
+    from dpobs_otel.adapters import transferqueue
     tel = dpobs.start(role="trainer", rank=0)
-    tq = dpobs_otel.transferqueue.instrument(tel)   # was: import transfer_queue as tq
+    tq = transferqueue.instrument(tel)   # was: import transfer_queue as tq
     tq.init(conf); tq.kv_batch_put(...); tq.kv_batch_get(...); tq.close()
 
 `TransferQueueDataPlane` is the data-plane protocol over the `transfer_queue` module;
@@ -25,16 +26,22 @@ import asyncio
 import functools
 import logging
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
-from .guard import is_digest_field
+from ..guard import is_digest_field
 
 __all__ = ["TransferQueueDataPlane", "InstrumentedTransferQueue", "instrument"]
 
-log = logging.getLogger("dpobs_otel.transferqueue")
+log = logging.getLogger(__name__)
 
-# One log line per short read names at most this many missing ids (the counter has them all).
+# A short-read log line names at most this many missing ids (the counter has them all).
 MAX_LOGGED_IDS = 16
+# At most one short-read line per partition per interval; the next line sums the ones held back.
+LOG_INTERVAL_S = 60.0
+# Partitions remembered for that; past this many, those quiet for an interval are forgotten.
+MAX_LOG_PARTITIONS = 4096
+_clock = time.monotonic  # module attribute: tests move time forward
 # Worker threads for the async_kv_* variants (see InstrumentedTransferQueue._run_async).
 ASYNC_WORKERS = 16
 
@@ -67,17 +74,26 @@ class TransferQueueDataPlane:
 
     def __init__(self, module=None):
         self._tq = module if module is not None else _tq_module()
+        self._short_reads = _ShortReadLog()
 
     def __repr__(self) -> str:
         return f"TransferQueueDataPlane({getattr(self._tq, '__name__', self._tq)!r})"
 
-    def put_samples(self, sample_ids, partition_id, fields=None, tags=None, data_parser=None):
+    # `refused`: an argument check the adapter makes where TransferQueue makes it, before any
+    # I/O (InstrumentedTransferQueue); raised here, inside the measured call, so the refused
+    # call is timed and counted as an error like every other failed op.
+    def put_samples(self, sample_ids, partition_id, fields=None, tags=None, data_parser=None,
+                    refused=None):
+        if refused is not None:
+            raise refused
         if data_parser is not None and fields is not None:
             fields = _unrecord_digests(fields)
         return self._tq.kv_batch_put(keys=sample_ids, partition_id=partition_id, fields=fields,
                                      tags=tags, data_parser=data_parser)
 
-    def get_samples(self, sample_ids, partition_id, select_fields=None):
+    def get_samples(self, sample_ids, partition_id, select_fields=None, refused=None):
+        if refused is not None:
+            raise refused
         out = self._tq.kv_batch_get(keys=sample_ids, partition_id=partition_id,
                                     select_fields=select_fields)
         # All keys absent raises ValueError in TransferQueue itself. An empty result for a
@@ -93,8 +109,10 @@ class TransferQueueDataPlane:
                                f"{partition_id!r}")
         return out
 
-    def clear_samples(self, sample_ids, partition_id):
-        if sample_ids is None:  # the protocol's "everything in the partition"
+    def clear_samples(self, sample_ids, partition_id, as_given=False):
+        """as_given (kv_clear): keys go to TransferQueue unchanged, so keys=None is refused
+        there (TypeError) as on the bare module, never read as "the whole partition"."""
+        if sample_ids is None and not as_given:  # the protocol's "everything in the partition"
             sample_ids = list(self._keys(partition_id))
             if not sample_ids:
                 return None
@@ -115,28 +133,59 @@ class TransferQueueDataPlane:
         """The core's hook for a short read: the ids of the rows that came back, in order.
 
         TransferQueue keeps the requested order and drops absent keys, so the present ids are
-        the requested ones that kv_list still knows. Logs the missing ones. Returns None when
-        the listing does not account for the rows (a key put or cleared in between): the
-        core then hands the guard the requested ids and it counts the rows unverified."""
+        the requested ones that kv_list still knows. Logs the missing ones (_ShortReadLog;
+        the core counts every one of them in rows.missing). Returns None when the listing
+        does not account for the rows (a key put or cleared in between): the core then hands
+        the guard the requested ids and it counts the rows unverified."""
         live = self._keys(partition_id)
         present = [k for k in sample_ids if k in live]
-        missing = [k for k in sample_ids if k not in live]
         n = result.batch_size[0]
-        shown = ", ".join(map(str, missing[:MAX_LOGGED_IDS]))
-        more = f" (+{len(missing) - MAX_LOGGED_IDS} more)" if len(missing) > MAX_LOGGED_IDS else ""
-        log.warning("dpobs transferqueue: read of %d keys from partition %r returned %d rows; "
-                    "missing: %s%s", len(sample_ids), partition_id, n, shown, more)
+        self._short_reads.report(partition_id, sample_ids, n,
+                                 [k for k in sample_ids if k not in live])
         return present if len(present) == n else None
 
     def _keys(self, partition_id) -> dict:
         return self._tq.kv_list(partition_id).get(partition_id, {})
 
 
+class _ShortReadLog:
+    """Short-read warnings, at most one per partition per LOG_INTERVAL_S: a trainer that
+    keeps asking for dropped rows must not flood its log. The line that ends a quiet
+    interval says how many reads and rows were held back; rows.missing has them all."""
+
+    def __init__(self):
+        self._lock = threading.Lock()  # the async API reads on several threads
+        self._held: dict = {}  # partition -> [time of its last line, reads held, rows held]
+
+    def report(self, partition_id, sample_ids, returned: int, missing: list) -> None:
+        now = _clock()
+        rows = len(sample_ids) - returned
+        with self._lock:
+            held = self._held.get(partition_id)
+            if held is not None and now - held[0] < LOG_INTERVAL_S:
+                held[1] += 1
+                held[2] += rows
+                return
+            if held is None and len(self._held) >= MAX_LOG_PARTITIONS:
+                self._held = {p: h for p, h in self._held.items()
+                              if now - h[0] < LOG_INTERVAL_S}
+            self._held[partition_id] = [now, 0, 0]
+        shown = ", ".join(map(str, missing[:MAX_LOGGED_IDS]))
+        more = f" (+{len(missing) - MAX_LOGGED_IDS} more)" if len(missing) > MAX_LOGGED_IDS else ""
+        since = ""
+        if held is not None and held[1]:
+            since = (f"; {held[1]} earlier short reads ({held[2]} rows) not logged "
+                     f"(one line per partition per {LOG_INTERVAL_S:.0f} s)")
+        log.warning("dpobs transferqueue: read of %d keys from partition %r returned %d rows; "
+                    "missing: %s%s%s", len(sample_ids), partition_id, returned, shown, more,
+                    since)
+
+
 def _unrecord_digests(fields):
     """A data_parser rewrites values inside TransferQueue, after the guard fingerprinted them:
     store 'unrecorded' digests instead, so readers count these rows unverified, not corrupt
     (and a stale digest from an earlier put of the same key is overwritten)."""
-    from .fingerprint import UNRECORDED_SENTINEL
+    from ..guard import UNRECORDED_SENTINEL
 
     names = [k for k in fields.keys() if is_digest_field(k)]
     if not names:
@@ -178,9 +227,14 @@ class InstrumentedTransferQueue:
         return _clean_meta(meta)
 
     def kv_put(self, key, partition_id, fields=None, tag=None, data_parser=None):
-        if fields is not None:
-            fields = _one_row(fields)
         tags = None if tag is None else [tag]
+        try:
+            if fields is None and tag is None:
+                raise ValueError("Please provide at least one parameter of fields or tag.")
+            if fields is not None:
+                fields = _one_row(fields)
+        except ValueError as exc:  # TransferQueue's own refusals, with its words
+            return self.client.put_samples([key], partition_id, None, tags, refused=exc)
         return self.kv_batch_put([key], partition_id, fields, tags, data_parser)
 
     def kv_batch_get(self, keys, partition_id, select_fields=None):
@@ -188,23 +242,18 @@ class InstrumentedTransferQueue:
         return self.client.get_samples(_as_list(keys), partition_id, select)
 
     def kv_batch_get_by_meta(self, meta, select_fields=None):
-        if meta.partition_id is None:
-            raise ValueError("Must provide partition_id in the input KVBatchMeta.")
-        if select_fields is None:
-            select = meta.fields
-        else:
-            select = _as_list(select_fields)
-            if meta.fields is None or any(f not in meta.fields for f in select):
-                raise ValueError(f"Some fields assigned in select_fields not found in the "
-                                 f"metadata. Assigned: {select}; Fields in KVBatchMeta: "
-                                 f"{meta.fields}.")
+        try:
+            select = _meta_select(meta, select_fields)
+        except ValueError as exc:
+            return self.client.get_samples(list(meta.keys), meta.partition_id, None,
+                                           refused=exc)
         return self.kv_batch_get(meta.keys, meta.partition_id, select)
 
     def kv_list(self, partition_id=None):
         return self.client.list_sample_ids(partition_id, with_tags=True).nested
 
     def kv_clear(self, keys, partition_id):
-        self.client.clear_samples(_as_list(keys), partition_id)
+        self.client.clear_samples(_as_list(keys), partition_id, as_given=True)
 
     # -- async ------------------------------------------------------------------------
     # The core's wrapper is synchronous. Rather than keep a second copy of its bookkeeping
@@ -240,6 +289,19 @@ class InstrumentedTransferQueue:
                                                     thread_name_prefix="dpobs-tq-async")
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, functools.partial(fn, *args))
+
+
+def _meta_select(meta, select_fields):
+    """The fields a kv_batch_get_by_meta reads, refused as TransferQueue refuses them."""
+    if meta.partition_id is None:
+        raise ValueError("Must provide partition_id in the input KVBatchMeta.")
+    if select_fields is None:
+        return meta.fields
+    select = _as_list(select_fields)
+    if meta.fields is None or any(f not in meta.fields for f in select):
+        raise ValueError(f"Some fields assigned in select_fields not found in the metadata. "
+                         f"Assigned: {select}; Fields in KVBatchMeta: {meta.fields}.")
+    return select
 
 
 def _one_row(fields):

@@ -28,7 +28,7 @@ Loopback only: Ray binds 127.0.0.1 (its own traffic never uses the machine's oth
 interfaces), runs no dashboard, and its usage stats are off (they probe the cloud metadata
 service, 169.254.169.254). `LOOPBACK_ENV` carries the same switches to child processes.
 
-Run ``python tests/tq_harness.py`` for a self-check (starter + child process).
+Run ``python tests/adapters/tq_harness.py`` for a self-check (starter + child process).
 """
 
 from __future__ import annotations
