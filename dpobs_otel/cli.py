@@ -9,8 +9,9 @@ import sys
 # subcommand -> (module, one-line help). Each module has add_arguments(parser) and run(args).
 COMMANDS = {
     "demo": ("dpobs_otel.demo.report", "run the demo workload against the embedded data plane"),
-    "dashboards": ("dpobs_otel.dashboards", "write the Grafana dashboards as JSON"),
-    "kubernetes": ("dpobs_otel.kubernetes", "write the PodMonitor and PrometheusRule manifests"),
+    "mixin": ("dpobs_otel.mixin.tree", "write every operator artifact (rules, configs, dashboards)"),
+    "dashboards": ("dpobs_otel.mixin.grafana", "write the Grafana dashboards as JSON"),
+    "kubernetes": ("dpobs_otel.mixin.kubernetes", "write the Kubernetes manifests"),
     "agent": ("dpobs_otel.exporters.agent", "run the per-node Prometheus agent (remote write)"),
 }
 

@@ -23,7 +23,9 @@ from pathlib import Path
 
 import yaml
 
-DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+from dpobs_otel.mixin.tree import default_servers
+
+DEPLOY = default_servers()  # the package's rules and configs, not a checkout's deploy/
 ALERTMANAGER_NAMES = ("alertmanager", "prometheus-alertmanager")  # upstream, Debian
 
 

@@ -1,18 +1,18 @@
 """The committed dashboards are current, complete, name only real series, and parse in Prometheus."""
 from __future__ import annotations
 
-import argparse
 import json
 import re
 from pathlib import Path
 
 import pytest
 import yaml
+from promql_tokens import metric_names
 
-from dpobs_otel import dashboards
 from dpobs_otel.demo.stack import Stack
+from dpobs_otel.mixin import dashboards
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DASH_DIR = ROOT / "dashboards"
 RULES_DIR = ROOT / "deploy" / "prometheus" / "rules"
 UIDS = {"dpobs-overview", "dpobs-process"}
@@ -29,52 +29,6 @@ PINNED = {f"{h}_{s}" for h in _HISTOGRAMS for s in ("bucket", "sum", "count")} |
     "dpobs_guard_rows_mismatched_total", "dpobs_guard_rows_unverified_total",
     "dpobs_guard_fields_skipped_total", "dpobs_guard_failures_total",
 }
-
-
-# --- a small PromQL tokenizer: enough to tell metric names from functions and labels ---
-
-_TOKEN = re.compile(r"""
-    (?P<str>"(?:\\.|[^"\\])*"|'(?:\\.|[^'\\])*'|`[^`]*`)
-  | (?P<range>\[[^\]]*\])
-  | (?P<duration>(?:\d+(?:ms|[smhdwy]))+)
-  | (?P<num>\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)
-  | (?P<ident>[A-Za-z_:][A-Za-z0-9_:]*)
-  | (?P<op>=~|!~|!=|==|>=|<=|[-+*/%^<>=(){},])
-  | (?P<ws>\s+)""", re.X)
-_GROUPING = {"by", "without", "on", "ignoring", "group_left", "group_right"}
-_KEYWORDS = {"and", "or", "unless", "bool", "offset"} | _GROUPING
-
-
-def tokenize(expr: str) -> list[tuple[str, str]]:
-    tokens, pos = [], 0
-    while pos < len(expr):
-        m = _TOKEN.match(expr, pos)
-        if not m:
-            raise ValueError(f"cannot tokenize {expr[pos:]!r} in {expr!r}")
-        if m.lastgroup != "ws":
-            tokens.append((m.lastgroup, m.group()))
-        pos = m.end()
-    return tokens
-
-
-def metric_names(expr: str) -> set[str]:
-    """Identifiers that name series: not functions or aggregations (followed by `(` or
-    by/without), not keywords, not label names inside `{}` or in a by/on(...) list."""
-    tokens, names, depth, i = tokenize(expr), set(), 0, 0
-    while i < len(tokens):
-        kind, text = tokens[i]
-        nxt = tokens[i + 1][1] if i + 1 < len(tokens) else None
-        if text == "{":
-            depth += 1
-        elif text == "}":
-            depth -= 1
-        elif kind == "ident" and depth == 0:
-            if text in _GROUPING and nxt == "(":
-                i = [t for _, t in tokens].index(")", i)  # skip the label list
-            elif text not in _KEYWORDS and nxt not in ("(", "by", "without"):  # not sum by
-                names.add(text)
-        i += 1
-    return names
 
 
 def test_tokenizer_tells_metrics_from_functions_and_labels():
@@ -111,13 +65,12 @@ def recording_rules() -> set[str]:
             for r in g["rules"] if "record" in r}
 
 
-def test_dashboards_are_current(tmp_path):
-    dashboards.run(argparse.Namespace(out=tmp_path))
-    fresh = {p.name: p.read_bytes() for p in tmp_path.glob("*.json")}
-    committed = {p.name: p.read_bytes() for p in DASH_DIR.glob("*.json")}
+def test_dashboards_are_current():
+    fresh = dashboards.build_dashboards()
+    committed = {p.name: p.read_text() for p in DASH_DIR.glob("*.json")}
     assert fresh.keys() == committed.keys()
     stale = [name for name in fresh if fresh[name] != committed[name]]
-    assert not stale, f"{stale} are stale: run `make dashboards`"
+    assert not stale, f"{stale} are stale: run `make mixin`"
 
 
 def test_both_uids_and_a_prometheus_datasource_variable():
@@ -126,6 +79,15 @@ def test_both_uids_and_a_prometheus_datasource_variable():
         assert dash["uid"] == uid
         ds = [v for v in dash["templating"]["list"] if v["name"] == "datasource"]
         assert len(ds) == 1 and ds[0]["type"] == "datasource" and ds[0]["query"] == "prometheus"
+
+
+def test_overview_and_process_link_to_each_other():
+    overview, process = load("dpobs-overview"), load("dpobs-process")
+    (down,) = overview["links"]
+    (up,) = process["links"]
+    assert down["url"] == "/d/dpobs-process" and up["url"] == "/d/dpobs-overview"
+    assert all(link["includeVars"] and link["keepTime"] for link in (down, up))
+    assert "drill down" in (down["title"] + overview["description"]).lower()
 
 
 def test_process_dashboard_has_job_role_instance_variables():

@@ -107,6 +107,14 @@ def row(title: str) -> dashboard.Row:
     return dashboard.Row(title)
 
 
+def dashboard_link(title: str, uid: str, tooltip: str) -> dashboard.DashboardLink:
+    """A link to the other dpobs dashboard that carries the time range and the variables
+    (same names on both), so a drill-down opens on the same jobs and window."""
+    return (dashboard.DashboardLink(title).type(dm.DashboardLinkType.LINK).url(f"/d/{uid}")
+            .tooltip(tooltip).icon("dashboard").include_vars(True).keep_time(True)
+            .target_blank(False).as_dropdown(False))
+
+
 def datasource_variable() -> dashboard.DatasourceVariable:
     return dashboard.DatasourceVariable("datasource").label("Data source").type("prometheus")
 

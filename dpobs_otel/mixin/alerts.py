@@ -1,0 +1,177 @@
+"""The alerts (names and severities pinned in DESIGN.md), built from the mixin's Config: every
+threshold and `for:` comes from there, and the table at the top of the generated file is
+written from the same values. Each alert has a section in docs/runbook.md, which its
+absolute runbook_url points at. Most alerts read the recording rules of rules.py.
+
+Counters are born at their first increment and increase() needs two samples, so the "any
+event" alerts also match a series first seen in the window (`x > 0 unless x offset w`);
+without that, a single corrupted row or guard failure would never alert.
+"""
+from __future__ import annotations
+
+from .config import Config
+from .render import Group, Rule, rule_file
+
+PROC = "{{ $labels.role }} rank {{ $labels.rank }} ({{ $labels.instance }}, job {{ $labels.job }})"
+
+
+def _alert(c: Config, name: str, severity: str, expr: str, for_: str | None,
+           summary: str, description: str, why: str = "", threshold: str = ">0") -> Rule:
+    body = {"alert": name, "expr": expr}
+    if for_:
+        body["for"] = for_
+    body["labels"] = {"severity": severity}
+    body["annotations"] = {"summary": summary, "description": description,
+                           "runbook_url": c.runbook_url(name)}
+    return Rule(body, why, threshold)
+
+
+def _any_event(c: Config, metric: str, window: str) -> str:
+    s = c.sel(metric)
+    return f"(increase({s}[{window}]) > 0)\n  or\n({s} > 0 unless {s} offset {window})\n"
+
+
+def _guard(c: Config) -> list[Rule]:
+    blind = (f"(\n  sum {c.by('job')} (increase({c.sel('dpobs_guard_rows_recorded_total')}[30m])) > 0\n"
+             f"    or\n  sum {c.by('job')} (increase({c.sel('dpobs_guard_rows_unverified_total')}[30m])) > 0\n)\n"
+             f"unless {c.on('job')}\n"
+             f"(sum {c.by('job')} (increase({c.sel('dpobs_guard_rows_checked_total')}[30m])) > 0)\n")
+    return [
+        _alert(c, "DpobsWireHashMismatch", "critical",
+               _any_event(c, "dpobs_guard_rows_mismatched_total", "5m"), None,
+               "Rows read from the data plane do not match the hash recorded when they were written.",
+               "{{ $value | humanize }} row(s) of field {{ $labels.field }} read by " + PROC
+               + " failed the wire hash check in the last 5m. Training may be consuming"
+               " corrupted or mis-sharded data.",
+               "No `for:`: one corrupted row already is an incident."),
+        _alert(c, "DpobsWireGuardAllRowsMismatched", "warning",
+               "job:dpobs_guard_rows_mismatched:increase5m >= job:dpobs_guard_rows_checked:increase5m\n"
+               "  and\njob:dpobs_guard_rows_checked:increase5m > 0\n", c.guard_all_mismatched_for,
+               "Every row the wire guard checked mismatched; the guard itself is the likely fault.",
+               "All {{ $value | humanize }} rows checked in job {{ $labels.job }} in the last 5m"
+               " failed the hash check, and this has persisted. Compare writer and reader"
+               " versions of dpobs-otel and torch before treating this as corruption.",
+               "A guard bug (or writer and reader hashing differently) mismatches every row; real\n"
+               "corruption rarely does for long. The long `for:` keeps one bad batch out of here."),
+        _alert(c, "DpobsWireGuardFailing", "warning",
+               _any_event(c, "dpobs_guard_failures_total", "10m"), c.guard_failing_for,
+               "The wire guard raised while hashing or checking rows; those rows are not verified.",
+               "The wire guard in " + PROC + " raised {{ $labels.error_type }}"
+               " {{ $value | humanize }} time(s) in the last 10m."),
+        _alert(c, "DpobsWireGuardBlind", "warning", blind, c.guard_blind_for,
+               "The wire guard is on but checks no rows.",
+               "Job {{ $labels.job }} recorded hashes for (or read without one)"
+               " {{ $value | humanize }} rows in the last 30m but checked none, so corruption"
+               " would go unnoticed.",
+               "Writers record and readers check, usually in different processes, so this is per job."),
+    ]
+
+
+def _query(expr: str, *args: str) -> str:
+    """A Go-template query of another series from an alert's description."""
+    return f'printf "{expr}" {" ".join(args)} | query'
+
+
+def _dominates(c: Config, severity: str, threshold: float) -> Rule:
+    slowest = _query("job:dpobs_frac_of_step:max_ratio_rate5m{job=%q}", "$labels.job")
+    top_op = _query("topk(1, job_op:dpobs_operation_share:ratio_rate5m{job=%q})", "$labels.job")
+    return _alert(
+        c, "DpobsDataPlaneDominatesStep", severity,
+        f"job:dpobs_frac_of_step:ratio_rate5m > {threshold:g}", c.frac_of_step_for,
+        "The data plane takes a large share of training step time.",
+        "Job {{ $labels.job }} spends {{ $value | humanizePercentage }} of its step time in"
+        " data-plane calls; the slowest process is at {{ with " + slowest + " }}"
+        "{{ . | first | value | humanizePercentage }}{{ end }} and op {{ with " + top_op
+        + " }}{{ with . | first }}{{ .Labels.op }} takes {{ .Value | humanizePercentage }}"
+        "{{ end }}{{ end }} of data-plane time.", threshold=f">{threshold:g}")
+
+
+def _errors(c: Config, severity: str, threshold: float, for_: str) -> Rule:
+    top = _query("topk(1, sum by (error_type) (rate(dpobs_client_operation_errors_total"
+                 "{job=%q,op=%q}[5m])))", "$labels.job", "$labels.op")
+    return _alert(
+        c, "DpobsOperationErrors", severity,
+        f"job_op:dpobs_client_operation_errors_per_operations:ratio_rate5m > {threshold:g}",
+        for_, "Data-plane calls are failing.",
+        "{{ $value | humanizePercentage }} of {{ $labels.op }} calls in job {{ $labels.job }}"
+        " failed over the last 5m, most often with {{ with " + top
+        + ' }}{{ . | first | label "error_type" }}{{ end }}.', threshold=f">{threshold:g}")
+
+
+def _data_plane(c: Config) -> list[Rule]:
+    outstanding = _query("job:dpobs_client_outstanding_size_bytes:sum{job=%q}", "$labels.job")
+    return [
+        _dominates(c, "warning", c.frac_of_step_warning),
+        _dominates(c, "critical", c.frac_of_step_critical),
+        _errors(c, "warning", c.error_ratio_warning, c.error_ratio_warning_for),
+        _errors(c, "critical", c.error_ratio_critical, c.error_ratio_critical_for),
+        _alert(c, "DpobsOutstandingBytesGrowing", "warning",
+               "deriv(job:dpobs_client_outstanding_size_bytes:sum[1h]) > 0\n  and\n"
+               f"job:dpobs_client_outstanding_size_bytes:sum > {c.outstanding_bytes_floor}\n",
+               c.outstanding_for,
+               "Bytes held in the data plane keep growing; something puts without clearing.",
+               "Outstanding bytes in job {{ $labels.job }} keep rising, by"
+               " {{ $value | humanize1024 }}B/s over the last hour, to {{ with " + outstanding
+               + " }}{{ . | first | value | humanize1024 }}B{{ end }}.",
+               "Steady state oscillates around a level (puts and clears balance); a leak only rises.",
+               threshold=f">{c.outstanding_bytes_floor}"),
+    ]
+
+
+def _targets(c: Config) -> list[Rule]:
+    return [_alert(
+        c, "DpobsTargetDown", "warning", c.sel("up", 'role!=""') + " == 0", c.target_down_for,
+        "A registered dpobs process cannot be scraped.",
+        "Prometheus cannot scrape {{ $labels.role }} rank {{ $labels.rank }} at"
+        " {{ $labels.instance }} (job {{ $labels.job }}). Its file_sd entry is still present,"
+        " so the process likely died without shutdown() or hangs.",
+        "Only file_sd-registered processes carry `role`; this works for any job name.",
+        threshold="==0")]
+
+
+def _instrumentation(c: Config) -> list[Rule]:
+    top = _query("topk(1, sum by (component) (rate(dpobs_instrumentation_time_seconds_total"
+                 "{job=%q}[5m])))", "$labels.job")
+    return [
+        _alert(c, "DpobsInstrumentationOverheadHigh", "info",
+               "job:dpobs_instrumentation_time_per_operation_time:ratio_rate5m"
+               f" > {c.overhead_info:g}", c.overhead_for,
+               "Instrumentation costs a noticeable share of data-plane time.",
+               "Instrumentation in job {{ $labels.job }} takes {{ $value | humanizePercentage }}"
+               " of data-plane time, mostly in component {{ with " + top
+               + ' }}{{ . | first | label "component" }}{{ end }}.',
+               threshold=f">{c.overhead_info:g}"),
+        _alert(c, "DpobsInstrumentationErrors", "warning",
+               _any_event(c, "dpobs_instrumentation_errors_total", "10m"),
+               c.instrumentation_errors_for,
+               "The instrumentation swallowed errors; some metrics are missing or wrong.",
+               "Component {{ $labels.component }} in " + PROC + " swallowed"
+               " {{ $value | humanize }} error(s) in the last 10m."),
+    ]
+
+
+def alert_groups(c: Config) -> list[Group]:
+    return [Group("dpobs-wire-guard", _guard(c)), Group("dpobs-data-plane", _data_plane(c)),
+            Group("dpobs-targets", _targets(c)),
+            Group("dpobs-instrumentation", _instrumentation(c))]
+
+
+def _table(groups: list[Group]) -> str:
+    """alert / severity / threshold / for: the one table a reader checks thresholds in."""
+    rows = [("alert", "severity", "threshold", "for")]
+    for g in groups:
+        for r in g.rules:
+            b = r.body
+            rows.append((b["alert"], b["labels"]["severity"], r.threshold, b.get("for", "-")))
+    width = [max(len(row[i]) for row in rows) for i in range(3)]
+    return "\n".join(f"  {a:<{width[0]}}  {s:<{width[1]}}  {t:<{width[2]}}  {f}"
+                     for a, s, t, f in rows)
+
+
+def alerts_file(c: Config) -> str:
+    groups = alert_groups(c)
+    header = ("Alerts for dpobs-otel, generated by `dpobs mixin` from dpobs_otel/mixin/alerts.py\n"
+              "(do not edit: change the generator or its Config). Thresholds and `for:` come from\n"
+              "the Config; \"-\" = fires on the first evaluation.\n\n" + _table(groups) + "\n\n"
+              + (__doc__ or "").split("\n\n", 1)[1])
+    return rule_file(header, groups)

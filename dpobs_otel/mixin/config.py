@@ -1,0 +1,86 @@
+"""The mixin's one set of knobs, read by the recording rules, the alerts, the Alertmanager
+routing and the dashboards alike (as kubernetes-mixin keeps `_config`), so a threshold or a
+selector changed here changes every artifact that depends on it, and nothing else.
+
+    from dpobs_otel.mixin import Config, write
+    write("deploy-mine", Config(cluster_label="cluster", runbook_base_url="https://wiki/dpobs"))
+
+or `dpobs mixin --out DIR --cluster-label cluster --runbook-base-url URL ...`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+# A placeholder, not a real site: point it where your copy of this repository's docs is
+# served (a GitHub blob URL renders docs/runbook.md with the heading anchors alerts link to).
+RUNBOOK_PLACEHOLDER = "https://github.com/example/dpobs-otel/blob/main"
+
+
+@dataclass(frozen=True)
+class Config:
+    # Label matchers added to every raw-series selector, e.g. 'job=~"grpo-.*"'. Empty: every
+    # dpobs_* series (the names are prefixed, so nothing else matches).
+    job_selector: str = ""
+    # A label that tells clusters apart on a shared central Prometheus (e.g. "cluster").
+    # Empty: no such label. When set, every aggregation and every vector match keeps it.
+    cluster_label: str = ""
+    # runbook_url = <runbook_base_url>/docs/runbook.md#<lowercased alert name>
+    runbook_base_url: str = RUNBOOK_PLACEHOLDER
+
+    # DpobsDataPlaneDominatesStep: job frac_of_step above these, for this long.
+    frac_of_step_warning: float = 0.25
+    frac_of_step_critical: float = 0.5
+    frac_of_step_for: str = "15m"
+    # DpobsOperationErrors: failed / all calls per (job, op).
+    error_ratio_warning: float = 0.01
+    error_ratio_warning_for: str = "15m"
+    error_ratio_critical: float = 0.05
+    error_ratio_critical_for: str = "5m"
+    # DpobsInstrumentationOverheadHigh: instrumentation time / data-plane time.
+    overhead_info: float = 0.05
+    overhead_for: str = "30m"
+    # DpobsOutstandingBytesGrowing: rising for `for`, and above this floor (bytes).
+    outstanding_bytes_floor: int = 1 << 30
+    outstanding_for: str = "1h"
+    # DpobsTargetDown.
+    target_down_for: str = "5m"
+    # DpobsAgentDown: a node's newest sample older than this (seconds), while another
+    # node's is fresher, for this long.
+    agent_stale_seconds: int = 120
+    agent_down_for: str = "2m"
+    # Wire guard alerts.
+    guard_all_mismatched_for: str = "15m"
+    guard_failing_for: str = "5m"
+    guard_blind_for: str = "15m"
+    instrumentation_errors_for: str = "5m"
+
+    # -- PromQL helpers: the one place that decides how selectors and groupings look ------
+    def labels(self, *names: str) -> str:
+        """A grouping list: `job, op`, led by the cluster label when there is one."""
+        keep = ((self.cluster_label,) if self.cluster_label else ()) + names
+        return ", ".join(keep)
+
+    def by(self, *names: str) -> str:
+        return f"by ({self.labels(*names)})"
+
+    def on(self, *names: str) -> str:
+        return f"on ({self.labels(*names)})"
+
+    def sel(self, metric: str, *matchers: str) -> str:
+        """A raw series with the job selector and any extra matchers."""
+        parts = [m for m in (*matchers, self.job_selector) if m]
+        return f"{metric}{{{', '.join(parts)}}}" if parts else metric
+
+    def runbook_url(self, alert: str) -> str:
+        return f"{self.runbook_base_url.rstrip('/')}/docs/runbook.md#{alert.lower()}"
+
+    def promtool_tests_apply(self) -> bool:
+        """The shipped promtool tests pin the default thresholds, durations and selector;
+        they hold with any cluster label (their input has none, so groupings by it add
+        nothing) and any runbook base URL (the writer substitutes it)."""
+        default = Config()
+        return all(getattr(self, f.name) == getattr(default, f.name) for f in fields(self)
+                   if f.name not in ("cluster_label", "runbook_base_url"))
+
+
+DEFAULT = Config()
