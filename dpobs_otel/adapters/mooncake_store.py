@@ -21,7 +21,10 @@ The return value and any exception reach the caller unchanged.
 from __future__ import annotations
 
 import re
+from operator import attrgetter
 from time import perf_counter
+
+import torch
 
 from ..client import InstrumentedClient
 from ..sizing import tensor_nbytes
@@ -52,16 +55,42 @@ class MooncakeError(RuntimeError):
         super().__init__(f"Mooncake {name} ({code}){': ' + what if what else ''}")
 
 
+_NBYTES = attrgetter("nbytes")
+_PLAIN = {torch.Tensor}
+
+
 def _nbytes(v) -> int:
-    if hasattr(v, "element_size"):
+    if type(v) is torch.Tensor:
+        return v.nbytes  # logical bytes, whatever the strides (as tensor_nbytes)
+    if isinstance(v, torch.Tensor):
         return tensor_nbytes(v)
     return memoryview(v).nbytes
+
+
+def _sum_nbytes(values) -> int:
+    # The common case, plain tensors: two C-level passes, no Python call per value.
+    if set(map(type, values)) == _PLAIN:
+        return sum(map(_NBYTES, values))
+    return sum(map(_nbytes, values))
 
 
 def _first_error(codes) -> int:
     if isinstance(codes, int):
         return codes if codes < 0 else 0
-    return next((c for c in codes if isinstance(c, int) and c < 0), 0)
+    if not codes or min(codes) >= 0:
+        return 0
+    return next(c for c in codes if c < 0)
+
+
+def _ok_items(keys, codes, good=frozenset({0})):
+    """The keys whose code is in `good` (all or none of them without a per-key loop: a
+    batch's codes are nearly always one value)."""
+    distinct = set(codes)
+    if distinct <= good:
+        return list(keys)
+    if not distinct & good:
+        return []
+    return [k for k, c in zip(keys, codes) if c in good]
 
 
 # -- what each measured method names, moves and returns ---------------------------------
@@ -73,7 +102,7 @@ def _put_one(args, rc):
 
 def _put_parts(args, rc):
     ok = rc >= 0
-    return (1, 0, sum(_nbytes(p) for p in args[1:]) if ok else 0, 0, [args[0]] if ok else [],
+    return (1, 0, _sum_nbytes(args[1:]) if ok else 0, 0, [args[0]] if ok else [],
             _first_error(rc))
 
 
@@ -84,29 +113,41 @@ def _put_from(args, rc):
 
 def _put_many(args, rc):
     keys, values = args[0], args[1]
-    if isinstance(rc, int):  # put_batch / upsert_batch: one code for the batch
-        ok = [True] * len(keys) if rc >= 0 else [False] * len(keys)
-    else:
-        ok = [c >= 0 for c in rc]
-    nbytes = sum(_nbytes(v) for v, good in zip(values, ok) if good)
-    return len(keys), 0, nbytes, 0, [k for k, good in zip(keys, ok) if good], _first_error(rc)
+    if isinstance(rc, int):  # put_batch / upsert_batch: one code for the whole batch
+        rc = [rc] * len(keys)
+    ok = _ok_items(range(len(keys)), rc, _NON_NEGATIVE(rc))
+    if len(ok) == len(keys):
+        return len(keys), 0, _sum_nbytes(values), 0, list(keys), _first_error(rc)
+    return (len(keys), 0, _sum_nbytes([values[i] for i in ok]), 0, [keys[i] for i in ok],
+            _first_error(rc))
 
 
 def _put_many_from(args, rc):
     keys, sizes = args[0], args[2]
-    nbytes = sum(int(s) for s, c in zip(sizes, rc) if c >= 0)
-    return len(keys), 0, nbytes, 0, [k for k, c in zip(keys, rc) if c >= 0], _first_error(rc)
+    ok = _ok_items(range(len(keys)), rc, _NON_NEGATIVE(rc))
+    return (len(keys), 0, sum(int(sizes[i]) for i in ok), 0, [keys[i] for i in ok],
+            _first_error(rc))
+
+
+def _NON_NEGATIVE(codes) -> frozenset:  # noqa: N802  (a set of the codes that succeeded)
+    return frozenset(c for c in set(codes) if c >= 0)
+
+
+def _absent(v) -> bool:
+    return v is None or (type(v) is bytes and not v)  # Mooncake stores no empty object
 
 
 def _get_one(args, out):
-    if out is None or (isinstance(out, bytes) and not out):
-        return 1, 0, 0, 1, [], 0  # Mooncake stores no empty object: b'' means absent
+    if _absent(out):
+        return 1, 0, 0, 1, [], 0
     return 1, _nbytes(out), 0, 0, [], 0
 
 
 def _get_many(args, out):
-    got = [v for v in out if v is not None and not (isinstance(v, bytes) and not v)]
-    return len(args[0]), sum(_nbytes(v) for v in got), 0, len(out) - len(got), [], 0
+    got = [v for v in out if v is not None]
+    if got and type(got[0]) is bytes:
+        got = [v for v in got if v]
+    return len(args[0]), _sum_nbytes(got), 0, len(out) - len(got), [], 0
 
 
 def _get_into(args, rc):
@@ -115,18 +156,19 @@ def _get_into(args, rc):
 
 def _get_many_into(args, rc):
     read = sum(c for c in rc if c > 0)
-    missing = sum(1 for c in rc if c == NOT_FOUND)
+    missing = rc.count(NOT_FOUND)
     return len(args[0]), read, 0, missing, [], _first_error(rc)
 
 
+_GONE = frozenset({0, NOT_FOUND})  # removed now, or not there to remove
+
+
 def _remove_one(args, rc):
-    gone = [args[0]] if rc in (0, NOT_FOUND) else []
-    return 1, 0, 0, 0, gone, _first_error(rc)
+    return 1, 0, 0, 0, [args[0]] if rc in _GONE else [], _first_error(rc)
 
 
 def _remove_many(args, rc):
-    gone = [k for k, c in zip(args[0], rc) if c in (0, NOT_FOUND)]
-    return len(args[0]), 0, 0, 0, gone, _first_error(rc)
+    return len(args[0]), 0, 0, 0, _ok_items(args[0], rc, _GONE), _first_error(rc)
 
 
 def _remove_count(args, rc):
@@ -171,6 +213,7 @@ class InstrumentedMooncakeStore:
         def measured(*args, **kwargs):
             return self._measured(op, reader, name, attr, args, kwargs)
         measured.__name__ = name
+        self.__dict__[name] = measured  # later lookups skip __getattr__
         return measured
 
     def __repr__(self) -> str:

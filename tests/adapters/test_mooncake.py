@@ -28,6 +28,7 @@ import dpobs_otel as dpobs  # noqa: E402
 from dpobs_otel.adapters.mooncake import MooncakeDataPlane, MooncakeError  # noqa: E402
 from dpobs_otel.adapters.mooncake import instrument_store  # noqa: E402
 from dpobs_otel.adapters.mooncake_master import MooncakeMaster, connect_store  # noqa: E402
+from stores.test_memory import _batch  # noqa: E402  the in-memory store's cases, mirrored
 
 LEASE_MS = 300
 IDS = ["a", "b", "c"]
@@ -61,14 +62,6 @@ def dp(store, master):
 def _master_keys(master) -> list[str]:
     body = urllib.request.urlopen(master.admin_url + "/get_all_keys", timeout=10).read()
     return [k for k in body.decode().split("\n") if k]
-
-
-def _batch():
-    tok = torch.nested.nested_tensor([torch.arange(n) for n in (2, 5, 3)], layout=torch.jagged)
-    td = TensorDict({"tok": tok, "adv": torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])},
-                    batch_size=[3])
-    td["meta"] = NonTensorStack("x", "y", "z")
-    return td
 
 
 def _bits(t: torch.Tensor) -> list:
@@ -353,12 +346,9 @@ def _plane(addr):
 
 
 def _guard_counts(tel) -> dict:
-    out: dict = {}
-    for family in tel.registry.collect():
-        for s in family.samples:
-            if s.name.startswith("dpobs_guard_") and s.name.endswith("_total"):
-                out[s.name] = out.get(s.name, 0.0) + s.value
-    return out
+    """{recorded|checked|mismatched|unverified: rows over all fields}."""
+    return {k: sum(v.values()) for k, v in tel.guard.totals().items()
+            if k in ("recorded", "checked", "mismatched", "unverified")}
 
 
 def _writer(addr) -> dict:
@@ -398,18 +388,18 @@ def test_guard_across_processes_catches_a_row_rewritten_by_a_bare_client(master)
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(1) as writer, ctx.Pool(1) as reader, ctx.Pool(1) as tamperer:
         written = writer.apply(_writer, (addr,))
-        assert written["dpobs_guard_rows_recorded_total"] == 3 * N  # the three tensor fields
+        assert written["recorded"] == 3 * N  # the three tensor fields
         clean = reader.apply(_reader, (addr,))
         assert clean["pid"] != os.getpid()
         c = clean["counts"]
-        assert c["dpobs_guard_rows_checked_total"] == 3 * N
-        assert c.get("dpobs_guard_rows_mismatched_total", 0) == 0
-        assert c.get("dpobs_guard_rows_unverified_total", 0) == 0
+        assert c["checked"] == 3 * N
+        assert c["mismatched"] == 0
+        assert c["unverified"] == 0
         assert clean["keys"] == ["input_ids", "logprobs", "mask", "prompt"]  # digests stripped
         tamperer.apply(_tamper, (addr,))
         caught = reader.apply(_reader, (addr,))["counts"]
-    assert caught["dpobs_guard_rows_mismatched_total"] == 1
-    assert caught["dpobs_guard_rows_checked_total"] == 3 * N
+    assert caught["mismatched"] == 1
+    assert caught["checked"] == 3 * N
 
 
 def test_master_listens_on_loopback_only(master):
