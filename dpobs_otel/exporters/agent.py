@@ -13,6 +13,7 @@ whose processes died without removing their file (see filesd.py).
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import re
 import shutil
@@ -216,16 +217,31 @@ def find_binary(path: str | None) -> str:
 
 def binary_version(binary: str) -> tuple[int, int]:
     """(major, minor) from `prometheus --version` ("prometheus, version 2.42.0+ds ...")."""
+    return _version(binary)[0]
+
+
+def _version(binary: str) -> tuple[tuple[int, int], str]:
     try:
         out = subprocess.run([binary, "--version"], capture_output=True, text=True,
                              timeout=30)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise AgentError(f"{binary} --version failed: {exc}") from None
-    m = re.search(r"version (\d+)\.(\d+)", out.stdout + out.stderr)
+    m = re.search(r"version (\d+)\.(\d+)(\S*)", out.stdout + out.stderr)
     if m is None:
         raise AgentError(f"{binary} --version does not say which Prometheus it is: "
                          f"{(out.stdout + out.stderr).strip()[:200]!r}")
-    return int(m[1]), int(m[2])
+    return (int(m[1]), int(m[2])), m[0]
+
+
+def header_warning(version_text: str, headers: dict) -> str | None:
+    """Debian's rebuilds (versions ending in +ds, 2.42 and 2.45 at least) accept
+    remote_write.headers and never send them (prometheus/prometheus#13030): a tenant header
+    would silently go missing, and Mimir or Cortex answer 401 without it."""
+    if headers and "+ds" in version_text:
+        return (f"{version_text}: Debian's build does not send remote_write headers "
+                f"({', '.join(headers)}); see prometheus/prometheus#13030. Use an upstream "
+                "binary (--prometheus PATH) where the receiver needs them")
+    return None
 
 
 def agent_flag(version: tuple[int, int]) -> str:
@@ -307,11 +323,14 @@ def run(args) -> int:
             sys.stdout.write(render(cfg))
             return 0
         binary = find_binary(args.prometheus)
-        version = binary_version(binary)
+        version, version_text = _version(binary)
         agent_flag(version)
     except AgentError as exc:
         print(f"dpobs agent: error: {exc}", file=sys.stderr)
         return 2
+    warning = header_warning(version_text, cfg["remote_write"][0].get("headers"))
+    if warning:
+        print(f"dpobs agent: warning: {warning}", file=sys.stderr, flush=True)
     node = cfg["global"]["external_labels"]["node"]
     storage = args.storage_path or os.path.join(
         tempfile.gettempdir(), f"dpobs-agent-{_safe(node)}-{check_listen(args.listen)[1]}")
@@ -333,7 +352,7 @@ def supervise(argv: list[str], sd_dir: str, cleanup_interval: float) -> int:
     start and every cleanup_interval seconds. Returns the child's exit status (128+N when
     a signal N ended it, as a shell reports it)."""
     _report_swept(sweep(sd_dir, node_local=True))
-    child = subprocess.Popen(argv)
+    child = subprocess.Popen(argv, preexec_fn=_die_with_parent)
     forwarded = {}
     def forward(signum, _frame):
         child.send_signal(signum)
@@ -350,6 +369,15 @@ def supervise(argv: list[str], sd_dir: str, cleanup_interval: float) -> int:
         for sig, old in forwarded.items():
             signal.signal(sig, old)
     return 128 - code if code < 0 else code
+
+
+def _die_with_parent() -> None:
+    """In the child: the kernel sends it SIGTERM when this wrapper dies, even by SIGKILL, so
+    a killed sidecar leaves no agent behind (Linux; elsewhere a no-op)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def _report_swept(paths: list[str]) -> None:
