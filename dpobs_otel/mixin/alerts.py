@@ -129,6 +129,25 @@ def _targets(c: Config) -> list[Rule]:
         threshold="==0")]
 
 
+def _agent_down(c: Config) -> Rule:
+    from .rules import AGENT_LAST_SAMPLE
+    age, stale = f"time() - {AGENT_LAST_SAMPLE}", c.agent_stale_seconds
+    expr = (f"time() - max_over_time({AGENT_LAST_SAMPLE}[1h]) > {stale}\n"
+            f"  and {c.on()}\n"
+            f"(count {c.by()} ({age} <= {stale}) > 0)\n")
+    return _alert(
+        c, "DpobsAgentDown", "warning", expr, c.agent_down_for,
+        "A node's dpobs agent stopped delivering samples.",
+        "No sample from node {{ $labels.node }} has arrived for {{ $value | humanizeDuration }}"
+        " while other nodes still deliver: its `dpobs agent` (or the node) is down, or cannot"
+        " reach the remote-write receiver. Its processes' series are frozen at their last"
+        " values.",
+        "Freshness from sample timestamps, over 1h so the alert outlives the 5m lookback of a\n"
+        "killed agent's series. Only while some other node is fresh: when every node is stale,\n"
+        "the central side (or the whole job) stopped, which is not this node's fault.",
+        threshold=f">{stale}")
+
+
 def _instrumentation(c: Config) -> list[Rule]:
     top = _query("topk(1, sum by (component) (rate(dpobs_instrumentation_time_seconds_total"
                  "{job=%q}[5m])))", "$labels.job")
@@ -152,7 +171,7 @@ def _instrumentation(c: Config) -> list[Rule]:
 
 def alert_groups(c: Config) -> list[Group]:
     return [Group("dpobs-wire-guard", _guard(c)), Group("dpobs-data-plane", _data_plane(c)),
-            Group("dpobs-targets", _targets(c)),
+            Group("dpobs-targets", _targets(c) + [_agent_down(c)]),
             Group("dpobs-instrumentation", _instrumentation(c))]
 
 

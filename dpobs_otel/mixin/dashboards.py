@@ -14,7 +14,7 @@ from grafana_foundation_sdk.models.dashboard import DashboardCursorSync
 
 from .config import DEFAULT, Config
 from .panels import (SECONDS_PER_SECOND, Query, dashboard_link, datasource_variable,
-                     heatmap_panel, label_variable, row, stat_panel, thresholds,
+                     heatmap_panel, label_variable, row, stat_panel, table_panel, thresholds,
                      timeseries_panel)
 
 RI = "[$__rate_interval]"
@@ -64,7 +64,16 @@ def _frac_panels(c: Config) -> list:
         "straggler (drill down in dpobs-process), not at the store. " + OVERLAP,
         "percentunit",
         *_frac_queries(c), width=16)
-    return [now, over_time]
+    processes = table_panel(
+        "Processes by data-plane fraction of step",
+        "Each process's data-plane time / step time over 5m, slowest first. A process is "
+        "its node, instance and role: on a cluster two nodes may publish the same "
+        "host:port, and they stay two rows. Drill down in dpobs-process.",
+        "percentunit",
+        Query(f"instance:dpobs_frac_of_step:ratio_rate5m{_matchers(c, 'job', 'node')}",
+              "{{node}} {{instance}} {{role}}"),
+        ["job", "node", "instance", "role"])
+    return [now, over_time, processes]
 
 
 def _time_panels(c: Config) -> list:
@@ -213,7 +222,7 @@ def overview(c: Config = DEFAULT) -> dashboard.Dashboard:
                    "with the dpobs-process link.",
                    dashboard_link("Drill down: one process", "dpobs-process",
                                   "Per-process panels for the jobs selected here"))
-    d = _variables(c, d, "job")
+    d = _variables(c, d, "job", "node")
     sections = [("Bottleneck", _frac_panels(c)), ("Where the time goes", _time_panels(c)),
                 ("Latency", _latency_panels(c)),
                 ("Volume, occupancy, errors", _volume_panels(c)),
@@ -223,18 +232,20 @@ def overview(c: Config = DEFAULT) -> dashboard.Dashboard:
 
 
 def _process_quantile(q: float, proc: str) -> Query:
-    expr = f"sum by (instance, op, le) (rate({OP_SERIES}_bucket{proc}{RI}))"
-    return Query(f"histogram_quantile({q}, {expr})", f"{{{{instance}}}} {{{{op}}}} p{q * 100:g}")
+    expr = f"sum by (node, instance, op, le) (rate({OP_SERIES}_bucket{proc}{RI}))"
+    return Query(f"histogram_quantile({q}, {expr})",
+                 f"{{{{node}}}} {{{{instance}}}} {{{{op}}}} p{q * 100:g}")
 
 
 def process(c: Config = DEFAULT) -> dashboard.Dashboard:
     d = _dashboard("dpobs-process", "dpobs: process drill-down",
-                   "One process at a time: pick job, role and instance.",
+                   "One process at a time: pick job, node, role and instance (node is "
+                   "empty on a single machine; All matches that too).",
                    dashboard_link("Back to the overview", "dpobs-overview",
                                   "Cluster answers for the jobs selected here"))
-    d = _variables(c, d, "job", "role", "instance")
-    proc = _matchers(c, "job", "role", "instance")
-    who = "{{role}} {{instance}}"
+    d = _variables(c, d, "job", "node", "role", "instance")
+    proc = _matchers(c, "job", "node", "role", "instance")
+    who = "{{node}} {{role}} {{instance}}"
     panels = [
         timeseries_panel(
             "Data-plane fraction of step", "This process's data-plane time / step time "
@@ -243,27 +254,27 @@ def process(c: Config = DEFAULT) -> dashboard.Dashboard:
         timeseries_panel(
             "Data-plane time by op", "Seconds per second inside client calls, by op, "
             "failed calls included. " + OVERLAP, SECONDS_PER_SECOND,
-            Query(f"sum by (role, instance, op) (rate({OP_SERIES}_sum{proc}{RI}))",
+            Query(f"sum by (node, role, instance, op) (rate({OP_SERIES}_sum{proc}{RI}))",
                   who + " {{op}}"), stacked=True),
         timeseries_panel(
             "Latency by op: p50, p99 and mean", "Interpolated inside fixed buckets, so "
             "only as precise as the bucket; noisy when the process makes few calls.", "s",
             _process_quantile(0.5, proc), _process_quantile(0.99, proc),
-            Query(f"sum by (instance, op) (rate({OP_SERIES}_sum{proc}{RI})) / "
-                  f"sum by (instance, op) (rate({OP_SERIES}_count{proc}{RI}))",
-                  "{{instance}} {{op}} mean"), log_scale=True),
+            Query(f"sum by (node, instance, op) (rate({OP_SERIES}_sum{proc}{RI})) / "
+                  f"sum by (node, instance, op) (rate({OP_SERIES}_count{proc}{RI}))",
+                  "{{node}} {{instance}} {{op}} mean"), log_scale=True),
         timeseries_panel(
             "Bytes per second by op and direction", "This process's side only. " + VOLUME,
             "Bps",
-            Query(f"sum by (role, instance, op, direction) "
+            Query(f"sum by (node, role, instance, op, direction) "
                   f"(rate(dpobs_client_transferred_bytes_total{proc}{RI}))",
                   who + " {{op}} {{direction}}")),
         timeseries_panel(
             "Outstanding bytes", "Bytes this process put minus bytes it cleared. Another "
             "process often clears them (then it goes negative there), so judge leaks on "
             "the overview's cluster sum.",
-            "bytes", Query(f"sum by (role, instance) (dpobs_client_outstanding_size_bytes{proc})",
-                           who)),
+            "bytes", Query("sum by (node, role, instance) "
+                           f"(dpobs_client_outstanding_size_bytes{proc})", who)),
     ]
     return _layout(d, [("Per process", panels)])
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from grafana_foundation_sdk.builders import common as cb
-from grafana_foundation_sdk.builders import dashboard, heatmap, prometheus, stat, timeseries
+from grafana_foundation_sdk.builders import (dashboard, heatmap, prometheus, stat, table,
+                                             timeseries)
 from grafana_foundation_sdk.models import common
 from grafana_foundation_sdk.models import dashboard as dm
 from grafana_foundation_sdk.models import prometheus as pm
@@ -28,11 +29,13 @@ class Query:
     legend: str
 
 
-def _targets(queries: tuple[Query, ...], fmt: pm.PromQueryFormat | None = None) -> list:
+def _targets(queries: tuple[Query, ...], fmt: pm.PromQueryFormat | None = None,
+             instant: bool = False) -> list:
     out = []
     for ref, q in zip("ABCDEFGH", queries, strict=False):
         t = prometheus.Dataquery().expr(q.expr).legend_format(q.legend).ref_id(ref)
-        t = t.datasource(DATASOURCE).range()
+        t = t.datasource(DATASOURCE)
+        t = t.instant() if instant else t.range()
         out.append(t.format(fmt) if fmt else t)
     return out
 
@@ -101,6 +104,23 @@ def heatmap_panel(title: str, description: str, unit: str, query: Query,
             .color(heatmap.HeatmapColorOptions().mode(HeatmapColorMode.SCHEME).scheme("Oranges")
                    .exponent(0.5).steps(64))
             .show_legend())
+
+
+def table_panel(title: str, description: str, unit: str, query: Query, columns: list[str],
+                width: int = 24, height: int = 8):
+    """One row per series of an instant query: its `columns` labels, then its value
+    (sorted, largest first); the other labels and the timestamp are hidden."""
+    queries = (query,)
+    panel = _base(table.Panel(), title, description, unit, queries, width, height)
+    order = {name: i for i, name in enumerate([*columns, "Value"])}
+    organize = dm.DataTransformerConfig(id_val="organize", options={
+        "excludeByName": {"Time": True, "__name__": True},
+        "indexByName": order, "renameByName": {"Value": title}})
+    labels_only = dm.DataTransformerConfig(id_val="filterFieldsByName", options={
+        "include": {"names": [*columns, "Value"]}})
+    return (panel.targets(_targets(queries, pm.PromQueryFormat.TABLE, instant=True))
+            .with_transformation(labels_only).with_transformation(organize)
+            .sort_by([cb.TableSortByFieldState().display_name(title).desc(True)]))
 
 
 def row(title: str) -> dashboard.Row:

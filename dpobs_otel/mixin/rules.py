@@ -17,7 +17,7 @@ OP = "dpobs_client_operation_duration_seconds"
 QUANTILES = ("0.5", "0.9", "0.99")
 # The labels that name one process: two processes on different nodes may publish the same
 # host:port, so instance alone is not enough (DESIGN.md "Cluster deployment").
-PROCESS = ("job", "instance", "role")
+PROCESS = ("job", "node", "instance", "role")
 
 
 def _rate(c: Config, metric: str, *labels: str, window: str = "5m") -> str:
@@ -113,9 +113,22 @@ def _guard_rules(c: Config) -> list[Rule]:
     ]
 
 
+AGENT_LAST_SAMPLE = "node:dpobs_agent_last_sample_timestamp_seconds:max"
+
+
+def _agent_rules(c: Config) -> list[Rule]:
+    up = c.sel("up", 'node!=""')
+    return [Rule(
+        {"record": AGENT_LAST_SAMPLE, "expr": f"max {c.by('node')} (timestamp({up}))"},
+        "Cluster: when each node's agent last delivered a sample (every series an agent sends\n"
+        "carries `node`, its own `up` included). A killed agent writes no staleness markers,\n"
+        "so its series stay visible for 5m; their sample timestamps tell the truth, and\n"
+        "DpobsAgentDown reads this over a longer window than the lookback.")]
+
+
 def recording_groups(c: Config) -> list[Group]:
     rules = (_time_rules(c) + _frac_rules(c) + _latency_rules(c) + _volume_rules(c)
-             + _guard_rules(c))
+             + _guard_rules(c) + _agent_rules(c))
     return [Group("dpobs-recording", rules)]
 
 

@@ -90,9 +90,31 @@ def test_overview_and_process_link_to_each_other():
     assert "drill down" in (down["title"] + overview["description"]).lower()
 
 
-def test_process_dashboard_has_job_role_instance_variables():
+def test_process_dashboard_has_job_node_role_instance_variables():
     names = {v["name"] for v in load("dpobs-process")["templating"]["list"]}
-    assert {"job", "role", "instance"} <= names
+    assert {"job", "node", "role", "instance"} <= names
+
+
+@pytest.mark.parametrize("uid", sorted(UIDS))
+def test_node_variable_also_matches_series_without_node(uid):
+    """On one machine series have no node label; All must be `.*` (which matches an empty
+    label), not Grafana's default alternation of the values it found (none)."""
+    (node,) = [v for v in load(uid)["templating"]["list"] if v["name"] == "node"]
+    assert node["includeAll"] and node["allValue"] == ".*" and node["multi"]
+    assert node["current"]["value"] == ["$__all"]
+
+
+def test_per_process_panels_show_the_node():
+    """Same instance on two nodes stays two processes: every per-process query keeps node
+    and names it in its legend."""
+    for uid, title, t in all_targets():
+        if uid == "dpobs-process" or "instance" in t["legendFormat"]:
+            assert "{{node}}" in t["legendFormat"], (uid, title)
+            assert 'node=~"$node"' in t["expr"], (uid, title)
+            for by in re.findall(r"by \(([^)]*)\)", t["expr"]):
+                assert "node" in by, (uid, title, by)
+    overview = [p for p in panels(load("dpobs-overview")) if p["type"] == "table"]
+    assert overview and "node" in json.dumps(overview[0]["transformations"])
 
 
 @pytest.mark.parametrize("uid", sorted(UIDS))
@@ -131,7 +153,7 @@ def test_raw_series_use_rate_interval():
 def substitute(expr: str, value: str) -> str:
     """What Grafana would send: the rate interval as 1m, template variables as `value`."""
     expr = expr.replace("$__rate_interval", "1m")
-    return re.sub(r"\$\{?(job|role|instance)\}?", value, expr)
+    return re.sub(r"\$\{?(cluster|job|node|role|instance)\}?", value, expr)
 
 
 @pytest.fixture(scope="module")
