@@ -29,6 +29,7 @@ from dpobs_otel.adapters.mooncake import MooncakeDataPlane, MooncakeError  # noq
 from dpobs_otel.adapters.mooncake import instrument_store  # noqa: E402
 from dpobs_otel.adapters.mooncake_master import MooncakeMaster, connect_store  # noqa: E402
 from stores.test_memory import _batch  # noqa: E402  the in-memory store's cases, mirrored
+from guard.test_guard_crossprocess import N, PART, _payload  # noqa: E402  its GRPO rows
 
 LEASE_MS = 300
 IDS = ["a", "b", "c"]
@@ -320,21 +321,7 @@ def test_raw_store_occupancy_returns_to_zero(tel, store):
 
 
 # -- the wire guard across processes ------------------------------------------------
-N = 32
-PART = "rollout"
 _WORKER: dict = {}
-
-
-def _payload():
-    g = torch.Generator().manual_seed(7)
-    lengths = torch.randint(1, 50, (N,), generator=g).tolist()
-    return TensorDict({
-        "input_ids": torch.nested.nested_tensor(
-            [torch.randint(0, 32000, (n,), generator=g) for n in lengths], layout=torch.jagged),
-        "logprobs": torch.randn(N, 16, generator=g).to(torch.bfloat16),
-        "mask": torch.rand(N, 16, generator=g) > 0.3,
-        "prompt": NonTensorStack(*[f"p{i}" for i in range(N)]),
-    }, batch_size=[N])
 
 
 def _plane(addr):
@@ -388,18 +375,18 @@ def test_guard_across_processes_catches_a_row_rewritten_by_a_bare_client(master)
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(1) as writer, ctx.Pool(1) as reader, ctx.Pool(1) as tamperer:
         written = writer.apply(_writer, (addr,))
-        assert written["recorded"] == 3 * N  # the three tensor fields
+        assert written["recorded"] == 4 * N  # the four tensor fields
         clean = reader.apply(_reader, (addr,))
         assert clean["pid"] != os.getpid()
         c = clean["counts"]
-        assert c["checked"] == 3 * N
+        assert c["checked"] == 4 * N
         assert c["mismatched"] == 0
         assert c["unverified"] == 0
-        assert clean["keys"] == ["input_ids", "logprobs", "mask", "prompt"]  # digests stripped
+        assert clean["keys"] == ["advantages", "input_ids", "logprobs", "mask", "prompt"]  # digests stripped
         tamperer.apply(_tamper, (addr,))
         caught = reader.apply(_reader, (addr,))["counts"]
     assert caught["mismatched"] == 1
-    assert caught["checked"] == 3 * N
+    assert caught["checked"] == 4 * N
 
 
 def test_master_listens_on_loopback_only(master):
