@@ -1,6 +1,7 @@
 """put / get latency on a live TransferQueue, bare vs through dpobs (guard off / on).
 
-    .venv/bin/python benchmarks/transferqueue.py [--rows 256] [--iters 30]
+    .venv/bin/python benchmarks/transferqueue.py [--rows 256] [--iters 30] [--runs 5]
+                                                 [--alternatives]
 
 Starts a private local Ray + TransferQueue (one storage unit, num_cpus=2; tests/adapters/tq_harness.py)
 and stops it at the end. A 256-row batch shaped like a GRPO rollout (jagged int64 tokens of
@@ -9,7 +10,13 @@ and stops it at the end. A 256-row batch shaped like a GRPO rollout (jagged int6
 shared machine hits all three alike (who goes first rotates): the bare transfer_queue module,
 the instrumented one, and the instrumented one with verify_tensor_hash. Each client writes its
 own partition.
-Prints medians and p90 in ms, and the median overhead against the bare call. Not asserted.
+Prints, per run, medians in ms and each client's median as a ratio of the bare one; with
+--runs R, the median of the R runs' ratios and their spread (min-max). Not asserted.
+
+--alternatives adds two bare arms that price the other ways digests could travel: one extra
+int64 (N, 4) column per write ("1 column"), and per-row tags read back by a kv_list after
+each get ("tags+kv_list"). dpobs+guard carries them in tags read with the rows' metadata;
+"dpobs+guard -fp" is that arm's time minus the guard hooks' own (fingerprint) time.
 """
 from __future__ import annotations
 
@@ -46,11 +53,98 @@ def _timeout(signum, frame):
     raise TimeoutError("benchmark ran past its deadline")
 
 
+def make_arms(tq, td, keys, select, tels, alternatives: bool) -> dict:
+    """name -> (put(pid), get(pid)); each arm writes its own partition."""
+    def kv(c, extra=None, tags=None, listing=False, tel=None):
+        fields = td if extra is None else td.update({"digests": extra}, inplace=False)
+        fetch = select if extra is None else select + ["digests"]
+
+        def get(pid):
+            out = c.kv_batch_get(keys=keys, partition_id=pid, select_fields=fetch)
+            if listing:
+                tq.kv_list(pid)
+            return out
+        return (lambda pid: c.kv_batch_put(keys=keys, partition_id=pid, fields=fields,
+                                           tags=tags)), get, tel
+
+    arms = {"bare": kv(tq), "dpobs": kv(dtq.instrument(tels[0])),
+            "dpobs+guard": kv(dtq.instrument(tels[1]), tel=tels[1])}
+    if alternatives:
+        n = len(keys)
+        digests = torch.randint(0, 2**32, (n, len(select)), dtype=torch.int64)
+        tags = [{f"__d:{f}": int(d) for f, d in zip(select, row)} for row in digests.tolist()]
+        arms["1 column"] = kv(tq, extra=digests)
+        arms["tags+kv_list"] = kv(tq, tags=tags, listing=True)
+    return arms
+
+
+def _guard_s(tel) -> float:
+    if tel is None:
+        return 0.0
+    with tel.stats.lock:
+        return tel.stats.instr_seconds.get("guard", 0.0)
+
+
+def measure(arms: dict, rows: int, iters: int, warmup: int) -> dict:
+    """{(op, arm): [ms, ...]}, the arms interleaved call by call, who goes first rotating.
+    For the guarded arm also (op, arm + " -fp"): the call minus the guard hooks' own time
+    (fingerprints), i.e. what carrying the digests through TransferQueue costs."""
+    times = {(op, name): [] for op in ("put", "get") for name in arms}
+    for it in range(warmup + iters):
+        order = list(arms.items())
+        order = order[it % len(order):] + order[:it % len(order)]
+        for op in ("put", "get"):
+            for name, (put, get, tel) in order:
+                pid = f"bench-{name}"
+                g0, t0 = _guard_s(tel), time.perf_counter()
+                if op == "put":
+                    put(pid)
+                else:
+                    assert get(pid).batch_size[0] == rows
+                dt, dg = time.perf_counter() - t0, _guard_s(tel) - g0
+                if it >= warmup:
+                    times[(op, name)].append(dt * 1e3)
+                    if tel is not None:
+                        times.setdefault((op, name + " -fp"), []).append((dt - dg) * 1e3)
+    return times
+
+
+def report(runs: list) -> None:
+    print(f"{'run':<4} {'op':<4} {'client':<16} {'median ms':>10} {'p90 ms':>8} {'x bare':>7}")
+    ratios = {}
+    for r, times in enumerate(runs):
+        for op in ("put", "get"):
+            base = statistics.median(times[(op, "bare")])
+            for name in [n for o, n in times if o == op]:
+                xs = sorted(times[(op, name)])
+                med = statistics.median(xs)
+                ratios.setdefault((op, name), []).append(med / base)
+                print(f"{r:<4} {op:<4} {name:<16} {med:>10.2f} {xs[int(0.9 * (len(xs) - 1))]:>8.2f}"
+                      f" {med / base:>7.3f}")
+    print(f"\nover {len(runs)} runs: median of the per-run ratios to bare (min-max)")
+    for (op, name), xs in ratios.items():
+        if name != "bare":
+            print(f"  {op:<4} {name:<16} {statistics.median(xs):.3f}x "
+                  f"({min(xs):.3f}-{max(xs):.3f})")
+
+
+def own_time(tels) -> None:
+    """dpobs's own time per op by component (client, guard, adapter), guard off and on."""
+    for t, name in zip(tels, ("dpobs", "dpobs+guard")):
+        with t.stats.lock:
+            own = dict(t.stats.instr_seconds)
+            calls = sum(s.calls for s in t.stats.ops.values())
+        parts = ", ".join(f"{c} {v / calls * 1e3:.2f}" for c, v in sorted(own.items()))
+        print(f"dpobs's own time per op, {name}: {parts} ms (mean over {calls} ops)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=256)
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--alternatives", action="store_true")
     ap.add_argument("--deadline-s", type=int, default=900)
     a = ap.parse_args()
     # TransferQueue's sync calls have no timeout: a watchdog raises, and finally stops Ray.
@@ -61,53 +155,20 @@ def main() -> None:
 
     td = make_batch(a.rows)
     keys = [f"r{i}" for i in range(a.rows)]
-    select = ["tok", "adv", "mask", "score"]
     handle = start()
     tels = []
     try:
         tels = [dpobs.start(role="bench", rank=r, port=0, verify_tensor_hash=g)
                 for r, g in ((0, False), (1, True))]
-        clients = {"bare": tq, "dpobs": dtq.instrument(tels[0]),
-                   "dpobs+guard": dtq.instrument(tels[1])}
-        times = {(op, c): [] for op in ("put", "get") for c in clients}
-        for it in range(a.warmup + a.iters):
-            # Rotate who goes first each iteration: no client always follows the same one.
-            order = list(clients.items())
-            order = order[it % 3:] + order[:it % 3]
-            for op in ("put", "get"):
-                for name, c in order:
-                    pid = f"bench-{name}"
-                    t0 = time.perf_counter()
-                    if op == "put":
-                        c.kv_batch_put(keys=keys, partition_id=pid, fields=td)
-                    else:
-                        out = c.kv_batch_get(keys=keys, partition_id=pid, select_fields=select)
-                        assert out.batch_size[0] == a.rows
-                    dt = time.perf_counter() - t0
-                    if it >= a.warmup:
-                        times[(op, name)].append(dt * 1e3)
+        arms = make_arms(tq, td, keys, ["tok", "adv", "mask", "score"], tels, a.alternatives)
+        runs = [measure(arms, a.rows, a.iters, a.warmup) for _ in range(a.runs)]
         payload = sum(v.values().nbytes if v.is_nested else v.nbytes for v in td.values())
         print(f"TransferQueue 0.1.11, {a.rows} rows ({payload / 1024:.0f} KiB payload), "
-              f"{a.iters} interleaved iterations after {a.warmup} warm-up; "
+              f"{a.runs} run(s) of {a.iters} interleaved iterations after {a.warmup} warm-up; "
               f"ray {handle.timings['ray_init']:.0f} s + tq {handle.timings['tq_init']:.0f} s "
               "to start")
-        print(f"{'op':<4} {'client':<12} {'median ms':>10} {'p90 ms':>8} {'overhead':>16}")
-        for op in ("put", "get"):
-            base = statistics.median(times[(op, "bare")])
-            for name in clients:
-                xs = sorted(times[(op, name)])
-                med = statistics.median(xs)
-                p90 = xs[int(0.9 * (len(xs) - 1))]
-                over = "" if name == "bare" else f"{med - base:+.2f} ms {med / base:5.2f}x"
-                print(f"{op:<4} {name:<12} {med:>10.2f} {p90:>8.2f} {over:>16}")
-        # Where the guard's extra time goes: its own CPU (fingerprints) vs TransferQueue
-        # carrying the digest columns (one more field per tensor field, stored row by row).
-        for t, name in zip(tels, ("dpobs", "dpobs+guard")):
-            with t.stats.lock:
-                own = dict(t.stats.instr_seconds)
-                calls = sum(s.calls for s in t.stats.ops.values())
-            parts = ", ".join(f"{c} {v / calls * 1e3:.2f}" for c, v in sorted(own.items()))
-            print(f"dpobs's own time per op, {name}: {parts} ms (mean over {calls} ops)")
+        report(runs)
+        own_time(tels)
     finally:
         signal.alarm(0)
         for t in tels:

@@ -14,11 +14,13 @@ Anything that is not kv_* (init, close, get_client, ...) passes through to the m
 
 What TransferQueue does that the adapter has to handle (docs/transferqueue.md):
   * kv_batch_get drops absent keys silently when others are present, and returns an EMPTY
-    TensorDict when a selected field is missing on some key. The second becomes a KeyError
-    (the core then retries without the guard's digest columns); for the first, the core sees
-    a short read, counts the rows missing, and asks `returned_sample_ids` which ids the rows
-    belong to (one kv_list), which also logs the missing ids.
-  * kv_batch_get returns no tags; kv_list does.
+    TensorDict when a selected field is missing on some key. The second becomes a KeyError;
+    for the first, the core sees a short read, counts the rows missing, and asks
+    `returned_sample_ids` which ids the rows belong to (one kv_list), which also logs the
+    missing ids.
+  * kv_batch_get returns no tags; kv_list does. The guard's digests travel in the rows' tags
+    (tq_digests.py), so a guarded read looks the rows up itself with the two client calls
+    kv_batch_get is made of, and gets the tags with them.
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ..guard import is_digest_field
+from .tq_digests import digest_columns, digests_to_tags, without_digest_tags
 
 __all__ = ["TransferQueueDataPlane", "InstrumentedTransferQueue", "instrument"]
 
@@ -70,10 +73,15 @@ class _Listing(dict):
 
 
 class TransferQueueDataPlane:
-    """The data-plane protocol (DESIGN.md) over the `transfer_queue` module's kv_* API."""
+    """The data-plane protocol (DESIGN.md) over the `transfer_queue` module's kv_* API.
 
-    def __init__(self, module=None):
+    digests: the wire guard is on (`instrument` sets it from the Telemetry): a full read then
+    hands back the rows' digests for it to check. Reads that name digest columns get them
+    either way."""
+
+    def __init__(self, module=None, digests: bool = False):
         self._tq = module if module is not None else _tq_module()
+        self._digests = digests
         self._short_reads = _ShortReadLog()
 
     def __repr__(self) -> str:
@@ -86,28 +94,46 @@ class TransferQueueDataPlane:
                     refused=None):
         if refused is not None:
             raise refused
-        if data_parser is not None and fields is not None:
-            fields = _unrecord_digests(fields)
+        if fields is not None:
+            fields, tags = digests_to_tags(fields, tags, len(sample_ids),
+                                           unrecorded=data_parser is not None)
         return self._tq.kv_batch_put(keys=sample_ids, partition_id=partition_id, fields=fields,
                                      tags=tags, data_parser=data_parser)
 
     def get_samples(self, sample_ids, partition_id, select_fields=None, refused=None):
         if refused is not None:
             raise refused
+        if (self._digests and select_fields is None) or (
+                select_fields is not None and any(is_digest_field(f) for f in select_fields)):
+            return self._get_with_digests(sample_ids, partition_id, select_fields)
         out = self._tq.kv_batch_get(keys=sample_ids, partition_id=partition_id,
                                     select_fields=select_fields)
         # All keys absent raises ValueError in TransferQueue itself. An empty result for a
         # non-empty request therefore means a selected field is missing on some key.
         if sample_ids and out.batch_size[0] == 0:
-            raise KeyError(f"select_fields {select_fields!r}: some field is missing on some of "
-                           f"the {len(sample_ids)} keys in partition {partition_id!r} "
-                           "(TransferQueue returned an empty TensorDict)")
+            raise KeyError(_missing_field(select_fields, sample_ids, partition_id))
         if select_fields is not None:
             absent = [f for f in select_fields if f not in out.keys()]
             if absent:
                 raise KeyError(f"fields {absent!r} missing from the read of partition "
                                f"{partition_id!r}")
         return out
+
+    def _get_with_digests(self, sample_ids, partition_id, select_fields):
+        """kv_batch_get's own steps (look the rows up, select, check, fetch), through the
+        client's public calls, keeping the rows' tags: the digests are among them."""
+        client = self._tq.get_client()
+        meta = client.kv_retrieve_meta(keys=sample_ids, partition_id=partition_id, create=False)
+        if meta.size == 0:
+            raise ValueError("keys or partition were not found!")  # TransferQueue's words
+        if select_fields is not None:
+            select = [f for f in select_fields if not is_digest_field(f)]
+            if any(f not in meta.field_names for f in select):
+                raise KeyError(_missing_field(select, sample_ids, partition_id))
+            meta = meta.select_fields(select)
+        if not meta.is_ready:
+            raise ValueError("Some fields are not ready in all the requested keys!")
+        return digest_columns(client.get_data(meta), meta.custom_meta)
 
     def clear_samples(self, sample_ids, partition_id, as_given=False):
         """as_given (kv_clear): keys go to TransferQueue unchanged, so keys=None is refused
@@ -124,6 +150,8 @@ class TransferQueueDataPlane:
         nested = self._tq.kv_list(partition_id)
         if not with_tags:
             return list(nested.get(partition_id, ()))
+        nested = {pid: {k: without_digest_tags(t) for k, t in keys.items()}
+                  for pid, keys in nested.items()}
         if partition_id is not None:
             return _Listing.of(nested, nested.get(partition_id, {}))
         return _Listing.of(nested, (((pid, k), tags) for pid, keys in nested.items()
@@ -181,21 +209,6 @@ class _ShortReadLog:
                     since)
 
 
-def _unrecord_digests(fields):
-    """A data_parser rewrites values inside TransferQueue, after the guard fingerprinted them:
-    store 'unrecorded' digests instead, so readers count these rows unverified, not corrupt
-    (and a stale digest from an earlier put of the same key is overwritten)."""
-    from ..guard import UNRECORDED_SENTINEL
-
-    names = [k for k in fields.keys() if is_digest_field(k)]
-    if not names:
-        return fields
-    out = fields.copy()
-    for k in names:
-        out.set(k, out.get(k).clone().fill_(UNRECORDED_SENTINEL))
-    return out
-
-
 class InstrumentedTransferQueue:
     """TransferQueue's module API with the kv_* functions measured by dpobs.
 
@@ -207,7 +220,7 @@ class InstrumentedTransferQueue:
 
     def __init__(self, tel, module=None):
         self._tq = module if module is not None else _tq_module()
-        self.data_plane = TransferQueueDataPlane(self._tq)
+        self.data_plane = TransferQueueDataPlane(self._tq, digests=tel.guard is not None)
         self.client = tel.instrument(self.data_plane)
         self._pool = None
         self._pool_lock = threading.Lock()
@@ -291,6 +304,12 @@ class InstrumentedTransferQueue:
         return await loop.run_in_executor(self._pool, functools.partial(fn, *args))
 
 
+def _missing_field(select_fields, sample_ids, partition_id) -> str:
+    return (f"select_fields {select_fields!r}: some field is missing on some of the "
+            f"{len(sample_ids)} keys in partition {partition_id!r} (TransferQueue returns an "
+            "empty TensorDict)")
+
+
 def _meta_select(meta, select_fields):
     """The fields a kv_batch_get_by_meta reads, refused as TransferQueue refuses them."""
     if meta.partition_id is None:
@@ -327,9 +346,13 @@ def _one_row(fields):
 
 
 def _clean_meta(meta):
+    """A put's KVBatchMeta as the caller's data has it: no digest fields or tags."""
     fields = getattr(meta, "fields", None)
     if fields:
         meta.fields = [f for f in fields if not is_digest_field(f)]
+    tags = getattr(meta, "tags", None)
+    if tags:
+        meta.tags = [without_digest_tags(t) for t in tags]
     return meta
 
 

@@ -26,6 +26,7 @@ from tq_harness import call, start, stop
 
 import dpobs_otel as dpobs
 import dpobs_otel.adapters.transferqueue as dtq
+from dpobs_otel.guard import digest_name
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OPS = "dpobs_client_operation_duration_seconds_count"
@@ -225,20 +226,72 @@ def test_missing_field_is_keyerror_and_undigested_rows_unverified(cluster, make_
     td = batch(2, 4).exclude("text")
     call(tq.kv_batch_put, keys=["raw0", "raw1"], partition_id=pid, fields=td, timeout_s=T)
     call(q.kv_batch_put, ["dig0"], pid, batch(1, 5).exclude("text"), timeout_s=T)
-    # raw* carry no digest column: TransferQueue answers the digest select with an empty
-    # TensorDict, the adapter makes that a KeyError, the core re-reads without digests.
+    # raw* carry no digest tags: a mixed read checks dig0 and counts only raw* unverified.
     got = call(q.kv_batch_get, ["raw0", "dig0", "raw1"], pid, ["score"], timeout_s=T)
     assert got.batch_size[0] == 3
     assert got["score"][[0, 2]].tolist() == td["score"].tolist()
     with pytest.raises(KeyError):
         call(q.kv_batch_get, ["raw0", "dig0"], pid, ["nobody_has_this"], timeout_s=T)
     s = scrape(tel)
-    assert value(s, "dpobs_guard_rows_unverified_total", field="score") == 3
-    assert value(s, "dpobs_guard_rows_checked_total", field="score") == 0
+    assert value(s, "dpobs_guard_rows_unverified_total", field="score") == 2
+    assert value(s, "dpobs_guard_rows_checked_total", field="score") == 1
     assert value(s, "dpobs_guard_rows_mismatched_total", field="score") == 0
     assert value(s, OPS, op="get") == 2
     assert value(s, "dpobs_client_operation_errors_total", op="get", error_type="KeyError") == 1
     call(q.kv_clear, ["raw0", "raw1", "dig0"], pid, timeout_s=T)
+
+
+def test_digests_travel_in_tags_through_delta_writes_subsets_and_rewrites(cluster, make_tel):
+    tel = make_tel(True)
+    q = dtq.instrument(tel)
+    pid = "tags"
+    ids = ["t0", "t1", "t2"]
+    td = batch(3, 8).exclude("text")
+    user_tags = [{"u": i} for i in range(3)]
+    meta = call(q.kv_batch_put, ids, pid, td, user_tags, timeout_s=T)
+    # Nothing but the caller's data is stored as fields; the digests are tags, hidden from the
+    # caller (kv_list, the put's KVBatchMeta) and visible to a bare client.
+    assert meta.fields == sorted(td.keys()) and meta.tags == user_tags
+    assert call(q.kv_list, pid, timeout_s=T) == {pid: dict(zip(ids, user_tags))}
+    bare_tags = call(tq.kv_list, pid, timeout_s=T)[pid]
+    assert {k for t in bare_tags.values() for k in t if k != "u"} == \
+        {digest_name(f) for f in td.keys()}
+    assert sorted(call(tq.kv_batch_get, keys=ids, partition_id=pid, timeout_s=T).keys()) == \
+        sorted(td.keys())
+
+    def counts(field):
+        s = scrape(tel)
+        return tuple(value(s, f"dpobs_guard_rows_{c}_total", field=field)
+                     for c in ("checked", "mismatched", "unverified"))
+
+    # A delta write adds a field; a subset read of an old and the new field verifies both.
+    call(q.kv_batch_put, ids, pid, TensorDict({"ref": torch.randn(3, 2)}, [3]), timeout_s=T)
+    call(q.kv_batch_get, ids, pid, ["ref", "score"], timeout_s=T)
+    assert counts("ref") == (3, 0, 0) and counts("score") == (3, 0, 0)
+    # A guarded rewrite of one field replaces its digest only; a full read checks them all.
+    score = torch.randn(3)
+    call(q.kv_batch_put, ids, pid, TensorDict({"score": score}, [3]), timeout_s=T)
+    got = call(q.kv_batch_get, ids, pid, timeout_s=T)
+    assert got["score"].tolist() == score.tolist() and "ref" in got.keys()
+    assert counts("score") == (6, 0, 0) and counts("tok") == (3, 0, 0)
+    # A bare rewrite of t1's score leaves the old digest: that row, and only it, mismatches.
+    call(tq.kv_batch_put, keys=["t1"], partition_id=pid, timeout_s=T,
+         fields=TensorDict({"score": torch.tensor([9.0])}, [1]))
+    call(q.kv_batch_get, ids, pid, ["score"], timeout_s=T)
+    assert counts("score") == (9, 1, 0)
+
+    # Values a data_parser rewrites inside TransferQueue: unverified, never mismatched.
+    def parser(batch):
+        batch["mask"] = [~m for m in batch["mask"]] if isinstance(batch["mask"], list) \
+            else ~batch["mask"]
+        return batch
+
+    parsed = batch(2, 9).exclude("text")
+    call(q.kv_batch_put, ["p0", "p1"], pid, parsed, None, parser, timeout_s=T)
+    got = call(q.kv_batch_get, ["p0", "p1"], pid, ["mask"], timeout_s=T)
+    assert rows_of(got["mask"]) == (~parsed["mask"]).tolist()  # the parser did rewrite them
+    assert counts("mask") == (3, 0, 2)
+    call(q.kv_clear, ids + ["p0", "p1"], pid, timeout_s=T)
 
 
 # -- 3. writer and reader in other processes ------------------------------------------------
