@@ -1,11 +1,11 @@
-"""`dpobs kubernetes --out DIR`: prometheus-operator manifests, generated so they cannot drift.
+"""`dpobs kubernetes --out DIR`: Kubernetes manifests, generated so they cannot drift.
 
-The PrometheusRule carries the groups of the generated rule files unchanged (built from the
-same Config), so a cluster evaluates exactly the rules the promtool tests cover. The
-PodMonitor gives each target the labels file_sd gives it elsewhere (job, role, rank), which
-the rules and dashboards rely on.
-
-Pods opt in with labels and a named port:
+- The PrometheusRule carries the groups of the generated rule files unchanged (built from
+  the same Config), so a cluster evaluates exactly the rules the promtool tests cover.
+- Pods that run many ranks: the agent as a sidecar of a training Job, or as a DaemonSet
+  with a training Job shaped for it (kubernetes_workloads.py; docs/kubernetes.md).
+- The PodMonitor is for pods that run one rank on a fixed, named port: it gives each target
+  the labels file_sd gives it elsewhere (job, role, rank). Pods opt in with labels and a port:
     labels:  dpobs.io/role: trainer   dpobs.io/rank: "0"   dpobs.io/job: grpo-run-7 (optional)
     ports:   - name: metrics, containerPort: <the port passed to dpobs.start(port=...)>
 """
@@ -17,6 +17,7 @@ from pathlib import Path
 from .alerts import alert_groups
 from .config import DEFAULT, Config
 from .render import comment, dump, write_files
+from .kubernetes_workloads import daemonset, daemonset_job, sidecar_job
 from .rules import recording_groups
 
 NAME = "dpobs"
@@ -66,9 +67,44 @@ def render(doc: dict, why: str = "") -> str:
 def build_manifests(c: Config = DEFAULT) -> dict[str, str]:
     """File name -> YAML text; pure and deterministic, so a test can diff it with the repo."""
     return {
-        f"{NAME}-podmonitor.yaml": render(pod_monitor()),
-        f"{NAME}-prometheusrule.yaml": render(prometheus_rule(c)),
+        f"{NAME}-podmonitor.yaml": render(pod_monitor(), PODMONITOR_WHY),
+        f"{NAME}-prometheusrule.yaml": render(prometheus_rule(c), RULE_WHY),
+        f"{NAME}-sidecar-job.yaml": render(sidecar_job(), SIDECAR_WHY),
+        f"{NAME}-agent-daemonset.yaml": render(daemonset(), DAEMONSET_WHY),
+        f"{NAME}-daemonset-job.yaml": render(daemonset_job(), DAEMONSET_JOB_WHY),
     }
+
+
+PODMONITOR_WHY = """
+For pods that run ONE rank on a fixed port named `metrics` (dpobs.start(port=...)). A pod
+with several ranks has several endpoints on random ports: use the agent instead
+(dpobs-sidecar-job.yaml or dpobs-agent-daemonset.yaml). Needs the prometheus-operator.
+"""
+RULE_WHY = """
+The recording rules and alerts for a prometheus-operator Prometheus (its ruleSelector must
+match these labels); the same groups as prometheus/rules/*.rules.yml.
+"""
+SIDECAR_WHY = """
+A training Job whose pod runs several ranks with `dpobs agent` as a native sidecar (an init
+container with restartPolicy: Always; Kubernetes >= 1.29). The ranks bind 127.0.0.1 (the pod
+is one network namespace) and register in the shared emptyDir; the agent labels their series
+node=<pod name> and remote-writes them. Nothing listens beyond the pod's loopback.
+Replace the images, the command and the receiver URL.
+"""
+DAEMONSET_WHY = """
+One `dpobs agent` per machine, node=<machine name>, reading the hostPath directory every
+training pod on the machine mounts (dpobs-daemonset-job.yaml). It scrapes the ranks at their
+pod IPs over mutual TLS (Secret dpobs-metrics-tls: ca.crt, and tls.crt/tls.key whose
+certificate names dpobs-metrics and may act as a client). hostPath needs a namespace whose
+Pod Security level allows it (privileged).
+"""
+DAEMONSET_JOB_WHY = """
+A training Job for the DaemonSet agent: the agent cannot reach a pod's loopback, so each rank
+binds 0.0.0.0 on a random port and advertises its pod IP (downward API) in the hostPath
+file_sd directory. That port is reachable from the pod network: DPOBS_TLS_* make it serve
+HTTPS and demand a client certificate signed by ca.crt, so only holders of the agents'
+certificate can read the metrics (which carry op names and byte counts, no data).
+"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
