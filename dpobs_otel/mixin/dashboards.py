@@ -84,19 +84,20 @@ def _time_panels(c: Config) -> list:
         "processes and stacked by op (2 s/s = two processes busy all the time). "
         "Failed calls are included. " + OVERLAP,
         SECONDS_PER_SECOND,
-        Query(f"job_op:{OP_SERIES}:rate5m{sel}", "{{op}}"), stacked=True)
+        Query(f"job_op:{OP_SERIES}:rate5m{sel}", "{{job}} {{op}}"), stacked=True,
+        repeat="job")
     share = timeseries_panel(
         "Share of data-plane time by op",
         "Each op's fraction of all data-plane time; the stack always reaches 100%, so a "
         "growing share can mean the other ops got faster. Read it with the panel on the left.",
         "percentunit",
-        Query(f"job_op:dpobs_operation_share:ratio_rate5m{sel}", "{{op}}"),
-        stacked=True, max_value=1)
+        Query(f"job_op:dpobs_operation_share:ratio_rate5m{sel}", "{{job}} {{op}}"),
+        stacked=True, max_value=1, repeat="job")
     ops = timeseries_panel(
         "Operations per second",
         "Completed client calls per second by op, failed ones included. One call may move "
         "many keys, so compare with bytes per second before calling an op chatty.",
-        "ops", Query(f"job_op:dpobs_client_operations:rate5m{sel}", "{{op}}"))
+        "ops", Query(f"job_op:dpobs_client_operations:rate5m{sel}", "{{job}} {{op}}"))
     return [by_op, share, ops]
 
 
@@ -108,15 +109,17 @@ def _latency_panels(c: Config) -> list:
         "as precise as the bucket they fall in; beyond 30 s they read as 30 s. The mean "
         "hides tails: trust p99 for stalls.",
         "s",
-        Query(f"job_op:{OP_SERIES}:quantile_rate5m{sel}", "{{op}} p{{quantile}}"),
-        Query(f"job_op:{OP_SERIES}:mean_rate5m{sel}", "{{op}} mean"), log_scale=True)
+        Query(f"job_op:{OP_SERIES}:quantile_rate5m{sel}", "{{job}} {{op}} p{{quantile}}"),
+        Query(f"job_op:{OP_SERIES}:mean_rate5m{sel}", "{{job}} {{op}} mean"),
+        log_scale=True)
     heat = heatmap_panel(
         "Latency distribution (all ops)",
         "Calls per bucket per interval, all ops and processes together; the y axis shows "
         "bucket upper bounds. Two bands usually mean two ops or a cache hit/miss split: "
         "filter by op in Explore to tell.",
         "s",
-        Query(f"sum by (le) (increase({OP_SERIES}_bucket{sel}{RI}))", "{{le}}"))
+        Query(f"sum by (le) (increase({OP_SERIES}_bucket{sel}{RI}))", "{{le}}"),
+        repeat="job")
     return [quantiles, heat]
 
 
@@ -127,7 +130,7 @@ def _volume_panels(c: Config) -> list:
         "Tensor payload (exact nbytes) plus msgpack size of other fields. " + VOLUME,
         "Bps",
         Query(f"job_op_direction:dpobs_client_transferred_bytes:rate5m{sel}",
-              "{{op}} {{direction}}"))
+              "{{job}} {{op}} {{direction}}"))
     outstanding = timeseries_panel(
         "Outstanding bytes",
         "Bytes written and not yet cleared, as the clients count them. A line that only "
@@ -142,7 +145,7 @@ def _volume_panels(c: Config) -> list:
         "(DpobsOperationErrors).",
         "percentunit",
         Query(f"job_op:dpobs_client_operation_errors_per_operations:ratio_rate5m{sel}",
-              "{{op}}"))
+              "{{job}} {{op}}"))
     return [volume, outstanding, errors]
 
 
@@ -153,8 +156,8 @@ def _cost_panels(c: Config) -> list:
         "Seconds per second spent serializing outside the client (tel.codec blocks). It is "
         "not part of data-plane time, so a fast store can still stall on a slow codec.",
         SECONDS_PER_SECOND,
-        Query(f"job_stage:dpobs_codec_duration_seconds:rate5m{sel}", "{{stage}}"),
-        stacked=True)
+        Query(f"job_stage:dpobs_codec_duration_seconds:rate5m{sel}", "{{job}} {{stage}}"),
+        stacked=True, repeat="job")
     overhead = timeseries_panel(
         "Instrumentation overhead",
         "Time dpobs itself spends (measuring, hashing for the guard) as a fraction of "
@@ -218,8 +221,10 @@ def _variables(c: Config, d: dashboard.Dashboard, *names: str) -> dashboard.Dash
 def overview(c: Config = DEFAULT) -> dashboard.Dashboard:
     d = _dashboard("dpobs-overview", "dpobs: data-plane overview",
                    "Is the data plane the bottleneck, which op, how long the tail, how "
-                   "many bytes, any leak, any corruption. Drill down into one process "
-                   "with the dpobs-process link.",
+                   "many bytes, any leak, any corruption. Select several jobs to compare "
+                   "them side by side (`dpobs compare` runs one job per backend): every "
+                   "legend names the job, and stacked panels repeat once per job. Drill "
+                   "down into one process with the dpobs-process link.",
                    dashboard_link("Drill down: one process", "dpobs-process",
                                   "Per-process panels for the jobs selected here"))
     d = _variables(c, d, "job", "node")

@@ -41,8 +41,13 @@ def _targets(queries: tuple[Query, ...], fmt: pm.PromQueryFormat | None = None,
 
 
 def _base(panel, title: str, description: str, unit: str, queries: tuple[Query, ...],
-          width: int, height: int):
+          width: int, height: int, repeat: str | None = None):
+    """`repeat`: one copy of the panel per selected value of that variable, side by side
+    (for stacked panels, whose stacks would otherwise pile several jobs into one)."""
     assert queries, f"panel {title!r} has no query"
+    if repeat:
+        title = f"{title}: ${repeat}"
+        panel = panel.repeat(repeat).repeat_direction("h").max_per_row(4)
     return (panel.title(title).description(description).unit(unit).datasource(DATASOURCE)
             .span(width).height(height))
 
@@ -62,8 +67,9 @@ def thresholds(*steps: tuple[float | None, str]) -> dashboard.ThresholdsConfig:
 
 def timeseries_panel(title: str, description: str, unit: str, *queries: Query,
                      stacked: bool = False, width: int = 12, height: int = 8,
-                     log_scale: bool = False, max_value: float | None = None):
-    panel = _base(timeseries.Panel(), title, description, unit, queries, width, height)
+                     log_scale: bool = False, max_value: float | None = None,
+                     repeat: str | None = None):
+    panel = _base(timeseries.Panel(), title, description, unit, queries, width, height, repeat)
     panel = panel.targets(_targets(queries)).legend(_legend()).fill_opacity(
         40 if stacked else 10)
     if stacked:
@@ -94,10 +100,10 @@ def stat_panel(title: str, description: str, unit: str, *queries: Query,
 
 
 def heatmap_panel(title: str, description: str, unit: str, query: Query,
-                  width: int = 12, height: int = 8):
+                  width: int = 12, height: int = 8, repeat: str | None = None):
     """Buckets as Grafana computes them from `le` (the query must sum by le)."""
     queries = (query,)
-    panel = _base(heatmap.Panel(), title, description, unit, queries, width, height)
+    panel = _base(heatmap.Panel(), title, description, unit, queries, width, height, repeat)
     return (panel.targets(_targets(queries, pm.PromQueryFormat.HEATMAP)).calculate(False)
             .y_axis(heatmap.YAxisConfig().unit(unit))
             .rows_frame(heatmap.RowsHeatmapOptions().layout(common.HeatmapCellLayout.LE))

@@ -81,6 +81,29 @@ def test_both_uids_and_a_prometheus_datasource_variable():
         assert len(ds) == 1 and ds[0]["type"] == "datasource" and ds[0]["query"] == "prometheus"
 
 
+def test_overview_compares_jobs_side_by_side():
+    """A multi-select job variable, and every series tells its job apart: by the legend,
+    or (stacked panels, whose stacks would mix jobs) by one panel copy per job."""
+    dash = load("dpobs-overview")
+    (job,) = [v for v in dash["templating"]["list"] if v["name"] == "job"]
+    assert job["multi"] and job["includeAll"]
+    repeated = 0
+    for p in panels(dash):
+        if p.get("repeat") == "job":
+            repeated += 1
+            assert p["repeatDirection"] == "h" and "$job" in p["title"], p["title"]
+            continue
+        if p["type"] == "table":
+            continue  # its job column names the job
+        for t in p["targets"]:
+            assert "{{job}}" in t["legendFormat"], (p["title"], t["legendFormat"])
+    stacked = [p for p in panels(dash)
+               if p.get("fieldConfig", {}).get("defaults", {}).get("custom", {})
+               .get("stacking", {}).get("mode") == "normal"]
+    assert stacked and all(p.get("repeat") == "job" for p in stacked)
+    assert repeated >= len(stacked)
+
+
 def test_overview_and_process_link_to_each_other():
     overview, process = load("dpobs-overview"), load("dpobs-process")
     (down,) = overview["links"]
