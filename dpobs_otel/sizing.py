@@ -1,13 +1,18 @@
 """Exact payload byte accounting, on the hot path of every put and get.
 
 Tensors count what `t.contiguous().nbytes` would be: the logical size, whatever the
-strides (a stride-0 expanded view counts every element it shows). Non-tensor payload
-counts at its msgpack-encoded size. One traversal per payload, dispatching on exact types,
-because isinstance chains and tensorclass attribute probes dominate at this scale.
+strides (a stride-0 expanded view counts every element it shows). Non-tensor payload, one
+rule whatever the store: what msgpack encodes counts its msgpack size; a buffer-protocol
+object (numpy array, bytearray, memoryview) or a tensor counts its nbytes; anything else
+counts its pickle (protocol 5) size, out-of-band buffers at their nbytes. Never a string's
+length. One traversal per payload, dispatching on exact types, because isinstance chains
+and tensorclass attribute probes dominate at this scale.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import pickle
 
 import msgpack
 import torch
@@ -63,24 +68,33 @@ def payload_nbytes(td) -> int:
     """Bytes of a TensorDict payload: tensor leaves plus non-tensor leaves, in one walk."""
     if td is None:
         return 0
-    total = 0
-    for _, v in td.items():  # items(leaves_only=True) would silently skip non-tensor leaves
-        tv = type(v)
-        if tv is torch.Tensor:
-            total += v.nbytes
-        elif tv is _Jagged:
-            total += _jagged_nbytes(v)
-        elif tv is NonTensorData:
-            total += encoded_size(_row_value(v))
-        elif tv is NonTensorStack:
-            total += _stack_size(v)
-        elif isinstance(v, TensorDictBase):
-            total += payload_nbytes(v)
-        elif isinstance(v, torch.Tensor):
-            total += tensor_nbytes(v)
-        else:
-            total += encoded_size(v)
-    return total
+    return sum(_value_nbytes(v) for _, v in td.items())
+
+
+def field_nbytes(td) -> dict[str, int]:
+    """{top-level field: bytes} of a TensorDict payload (a nested TensorDict is one field):
+    what occupancy needs to replace a field's bytes when a put overwrites it."""
+    if td is None:
+        return {}
+    return {k: _value_nbytes(v) for k, v in td.items()}
+
+
+def _value_nbytes(v) -> int:
+    # td.items(leaves_only=True) would silently skip non-tensor leaves, hence one level here.
+    tv = type(v)
+    if tv is torch.Tensor:
+        return v.nbytes
+    if tv is _Jagged:
+        return _jagged_nbytes(v)
+    if tv is NonTensorData:
+        return encoded_size(_row_value(v))
+    if tv is NonTensorStack:
+        return _stack_size(v)
+    if isinstance(v, TensorDictBase):
+        return payload_nbytes(v)
+    if isinstance(v, torch.Tensor):
+        return tensor_nbytes(v)
+    return encoded_size(v)
 
 
 def _stack_size(stack) -> int:
@@ -93,10 +107,12 @@ def _stack_size(stack) -> int:
         step = n / SAMPLE_ROWS
         picked = [rows[int(i * step)] for i in range(SAMPLE_ROWS)]
     values = [_row_value(r) for r in picked]
+    measured = None
     if _SCALARS.issuperset(map(type, values)) or all(map(_flat, values)):
         # One C call measures the whole sample: packb(list) = header + the rows.
-        measured = len(_packb(values)) - _container_header(len(values))
-    else:
+        with contextlib.suppress(TypeError, ValueError, OverflowError):  # e.g. a lone surrogate
+            measured = len(_packb(values)) - _container_header(len(values))
+    if measured is None:
         measured = sum(_row_size(r, v) for r, v in zip(picked, values))
     return _container_header(n) + (measured if n <= SAMPLE_ROWS
                                    else round(measured * n / SAMPLE_ROWS))
@@ -139,11 +155,17 @@ def _packb(obj) -> bytes:
     return msgpack.packb(obj)
 
 
+# Nesting deeper than this is handed to msgpack itself (which refuses past 511 levels), so
+# the walk's own recursion stays far from Python's limit.
+MAX_DEPTH = 100
+
+
 class _Budget:
-    __slots__ = ("left",)
+    __slots__ = ("left", "depth")
 
     def __init__(self, left: int):
         self.left = left
+        self.depth = 0
 
 
 def encoded_size(obj, budget: int = NODE_BUDGET) -> int:
@@ -162,7 +184,13 @@ def _size(o, b: _Budget) -> int:
     b.left -= 1
     t = type(o)
     if t is str:
-        n = len(o) if o.isascii() else len(o.encode("utf-8"))
+        if o.isascii():
+            n = len(o)
+        else:
+            try:
+                n = len(o.encode("utf-8"))
+            except UnicodeEncodeError:  # a lone surrogate: msgpack cannot encode it either
+                return opaque_size(o)
         return n + (1 if n < 32 else 2 if n < 256 else 3 if n < 65536 else 5)
     if t is int:
         return _int_size(o)
@@ -173,10 +201,17 @@ def _size(o, b: _Budget) -> int:
     if t is bytes or t is bytearray or t is memoryview:
         n = len(o) if t is not memoryview else o.nbytes
         return n + (2 if n < 256 else 3 if n < 65536 else 5)
-    if t is list or t is tuple:
-        return _container_header(len(o)) + _items_size(o, b)
-    if t is dict:
-        return _container_header(len(o)) + _items_size(o.keys(), b) + _items_size(o.values(), b)
+    if t is list or t is tuple or t is dict:
+        if b.depth >= MAX_DEPTH:
+            return _deep_size(o)
+        b.depth += 1
+        try:
+            if t is dict:
+                return (_container_header(len(o)) + _items_size(o.keys(), b)
+                        + _items_size(o.values(), b))
+            return _container_header(len(o)) + _items_size(o, b)
+        finally:
+            b.depth -= 1
     if isinstance(o, torch.Tensor):
         return tensor_nbytes(o)
     if t is NonTensorData:
@@ -185,15 +220,36 @@ def _size(o, b: _Budget) -> int:
         return _stack_size(o)
     if isinstance(o, (int, float, str, bytes)):  # subclasses (IntEnum, numpy scalars that subclass)
         return _size(_base_value(o), b)
-    text = str(o)  # not msgpack-native: counted as its text, the form a codec would fall back to
-    return _size(text, b)
+    return opaque_size(o)
 
 
 def _base_value(o):
-    for base in (int, float, str, bytes):  # bool is an int subclass but has an exact-type branch
+    for base in (int, float, str):  # bool is an int subclass but has an exact-type branch
         if isinstance(o, base):
             return base(o)
-    return str(o)
+    return bytes(o)
+
+
+def _deep_size(o) -> int:
+    """A subtree past MAX_DEPTH: msgpack measures it when it can encode it, else pickle."""
+    try:
+        return len(_packb(o))
+    except (TypeError, ValueError, OverflowError):
+        return opaque_size(o)
+
+
+def opaque_size(o) -> int:
+    """An object msgpack cannot encode: a buffer-protocol object counts its nbytes; anything
+    else its pickle protocol 5 size, with out-of-band buffers (numpy arrays inside an object,
+    say) at their nbytes. Raises when the object cannot be pickled: the caller counts that
+    as a sizing failure, never as some made-up size."""
+    try:
+        return memoryview(o).nbytes
+    except (TypeError, ValueError):  # ValueError: e.g. a numpy array of Python objects
+        pass
+    buffers: list[pickle.PickleBuffer] = []
+    n = len(pickle.dumps(o, protocol=5, buffer_callback=buffers.append))
+    return n + sum(memoryview(buf).nbytes for buf in buffers)
 
 
 def _items_size(items, b: _Budget) -> int:
@@ -208,7 +264,7 @@ def _items_size(items, b: _Budget) -> int:
         return round(measured * n / SAMPLE_ROWS)
     total = 0
     for i, x in enumerate(items):
-        if b.left <= 0:  # budget spent inside: stop walking, extrapolate from the prefix
+        if b.left <= 0 and i:  # budget spent: extrapolate from the prefix (at least one item)
             return round(total * n / i)
         total += _size(x, b)
     return total

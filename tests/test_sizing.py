@@ -1,12 +1,15 @@
-import time
+import pickle
+from fractions import Fraction
 
 import msgpack
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tensordict import NonTensorData, NonTensorStack, TensorDict
 
+from dpobs_otel import sizing
 from dpobs_otel.sizing import encoded_size, payload_nbytes, tensor_nbytes
 
 DTYPES = [torch.float32, torch.bfloat16, torch.bool, torch.int64, torch.float8_e4m3fn,
@@ -82,19 +85,128 @@ def test_large_stack_is_sampled_within_tolerance():
     assert abs(payload_nbytes(td) - truth) / truth < 0.02
 
 
+class _Counting(sizing._Budget):
+    """A budget that remembers how many nodes the walk visited in all."""
+    def __init__(self, left):
+        super().__init__(left)
+        self.visited = 0
+
+    def __setattr__(self, name, v):
+        if name == "left" and hasattr(self, "left"):
+            object.__setattr__(self, "visited", self.visited + (self.left - v))
+        object.__setattr__(self, name, v)
+
+
+def _walk(obj):
+    b = _Counting(sizing.NODE_BUDGET)
+    return sizing._size(obj, b), b.visited
+
+
 def test_node_budget_bounds_the_walk():
+    # The cost follows the budget, not the data: 200x the items, about the same nodes walked.
     small, big = list(range(10_000)), list(range(2_000_000))
-    t0 = time.perf_counter()
-    encoded_size(small)
-    t_small = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    est = encoded_size(big)
-    t_big = time.perf_counter() - t0
-    assert t_big < 20 * t_small + 0.01  # 200x the data, nowhere near 200x the time
+    _, n_small = _walk(small)
+    est, n_big = _walk(big)
+    assert n_big <= 2 * sizing.NODE_BUDGET and n_small <= 2 * sizing.NODE_BUDGET
     truth = len(msgpack.packb(big))
     assert abs(est - truth) / truth < 0.1
     nested = [[list(range(100)) for _ in range(100)] for _ in range(100)]  # 1M leaves
-    assert abs(encoded_size(nested) - len(msgpack.packb(nested))) / len(msgpack.packb(nested)) < 0.1
+    est, visited = _walk(nested)
+    assert visited < 3 * sizing.NODE_BUDGET
+    assert abs(est - len(msgpack.packb(nested))) / len(msgpack.packb(nested)) < 0.1
+
+
+def test_budget_spent_at_a_container_boundary():
+    # Each [0] costs two nodes, so the budget runs out exactly as an inner list begins
+    # (once a ZeroDivisionError).
+    for n in (2047, 2048, 3000, 10_000):
+        obj = [[0]] * n
+        assert encoded_size(obj) == pytest.approx(len(msgpack.packb(obj)), rel=0.01)
+
+
+@pytest.mark.parametrize("depth", [1, 50, 99, 100, 101, 300, 500, 1000])
+def test_deep_nesting_is_exact_where_msgpack_encodes_it(depth):
+    obj = [1, "x"]
+    for _ in range(depth):
+        obj = [obj, {}, []]
+    assert encoded_size(obj) == len(msgpack.packb(obj))
+
+
+def test_nesting_nothing_can_encode_is_a_sizing_failure_not_a_guess():
+    obj = [1]
+    for _ in range(5000):
+        obj = [obj]
+    with pytest.raises(ValueError):
+        msgpack.packb(obj)
+    with pytest.raises(RecursionError):
+        pickle.dumps(obj, protocol=5)
+    # The client counts this as component=sizing (tests/test_client.py); no size is made up.
+    with pytest.raises((RecursionError, ValueError)):
+        encoded_size(obj)
+
+
+def _pickle5(o):
+    bufs = []
+    n = len(pickle.dumps(o, protocol=5, buffer_callback=bufs.append))
+    return n + sum(memoryview(b).nbytes for b in bufs)
+
+
+@pytest.mark.parametrize("obj,truth", [
+    (np.zeros(100_000), 800_000),                       # an 800 kB array: never its repr
+    (np.arange(12, dtype=np.int16).reshape(3, 4)[:, 1:], 18),  # a non-contiguous view
+    (np.int32(7), 4),                                   # a numpy scalar: its buffer
+    (Fraction(1, 3), len(pickle.dumps(Fraction(1, 3), protocol=5))),
+    ({1, 2, 3}, len(pickle.dumps({1, 2, 3}, protocol=5))),
+], ids=["ndarray", "view", "np-scalar", "fraction", "set"])
+def test_objects_msgpack_cannot_encode(obj, truth):
+    with pytest.raises(TypeError):
+        msgpack.packb(obj)
+    assert encoded_size(obj) == truth
+
+
+def test_an_object_holding_arrays_counts_them_out_of_band():
+    class Holder:
+        def __init__(self):
+            self.a = np.ones(50_000)
+            self.name = "h"
+    h = Holder()
+    globals()["Holder"] = Holder  # picklable by reference
+    Holder.__qualname__ = "Holder"
+    assert encoded_size(h) == _pickle5(h)
+    assert encoded_size(h) >= 400_000
+
+
+def test_nontensordata_holding_an_array_counts_its_bytes():
+    td = TensorDict({}, batch_size=[2])
+    td["blob"] = NonTensorData(np.zeros(100_000))
+    assert payload_nbytes(td) == 800_000
+    td["mixed"] = NonTensorData({"arr": np.zeros(10, dtype=np.float32), "n": 3})
+    assert payload_nbytes(td) == 800_000 + 1 + (1 + 3) + 40 + (1 + 1) + 1
+
+
+_leaf = st.none() | st.integers(-5, 5) | st.text(max_size=3) | st.just([]) | st.just({})
+_small = st.recursive(_leaf, lambda kids: st.lists(kids, max_size=3)
+                      | st.dictionaries(st.text(max_size=3), kids, max_size=3), max_leaves=6)
+# Containers of thousands of items (each repeating a small structure), nested a few levels.
+heavy = st.recursive(
+    _leaf | st.builds(lambda k, n: [k] * n, _small, st.integers(500, 3000)),
+    lambda kids: (st.lists(kids, max_size=4)
+                  | st.dictionaries(st.text(max_size=3), kids, max_size=3)),
+    max_leaves=8)
+
+
+@settings(max_examples=100, deadline=None)
+@given(heavy)
+def test_walk_past_its_budget_never_raises(obj):
+    # Containers of thousands of items, nesting, empty containers at every level: the walk
+    # may estimate past its budget but never raises, never goes negative, and is exact
+    # whenever it stayed within the budget.
+    est, visited = _walk(obj)
+    truth = len(msgpack.packb(obj))
+    assert est >= 0
+    if visited < sizing.NODE_BUDGET:
+        assert est == truth
+    assert encoded_size(obj) >= 0
 
 
 json_values = st.recursive(
