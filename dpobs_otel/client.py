@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from time import perf_counter
 
-from .sizing import encoded_size, payload_nbytes
-from .stats import Occupancy
+from .occupancy import TAGS, UNSIZED, Occupancy
+from .sizing import encoded_size, field_nbytes, payload_nbytes
 
 
 class InstrumentedClient:
@@ -19,6 +19,8 @@ class InstrumentedClient:
         self._occ = Occupancy()
         self._rows_since_reconcile = 0
         self._reconcile_rows = tel.settings.reconcile_rows
+        self._reconciling = False  # one reconciliation at a time (store clients may not be
+        # thread-safe), on the thread of the put that crossed the throttle
         # Optional inner hook: which ids a short read's rows belong to (stores that drop
         # missing keys silently); see _aligned_ids.
         self._returned_ids = getattr(inner, "returned_sample_ids", None)
@@ -49,10 +51,11 @@ class InstrumentedClient:
             self._failed("put", exc, perf_counter() - t1)
             raise
         t2 = perf_counter()
+        sizes = self._sized({UNSIZED: 0}, _put_sizes, fields, tags)
         try:
             n = len(sample_ids)
-            nbytes = payload_nbytes(fields) + (encoded_size(tags) if tags else 0)
-            self._done("put", t2 - t1, n, write=nbytes, occupy=(partition_id, sample_ids),
+            self._done("put", t2 - t1, n, write=sum(sizes.values()),
+                       occupy=(partition_id, sample_ids, sizes),
                        overhead=t1 - t0 if self._guard is None else 0.0, t_end=t2)
             self._rows_since_reconcile += n
             if self._rows_since_reconcile >= self._reconcile_rows:
@@ -60,6 +63,15 @@ class InstrumentedClient:
         except Exception as exc:
             self._tel.internal_error("client", exc)
         return result
+
+    def _sized(self, default, fn, *args):
+        """Payload bytes in a guard of their own: a sizing failure is counted
+        (component=sizing) and leaves the op's time, count and keys intact."""
+        try:
+            return fn(*args)
+        except Exception as exc:
+            self._tel.internal_error("sizing", exc)
+            return default
 
     def get_samples(self, sample_ids, partition_id, select_fields=None, **kwargs):
         return self._read("get", self._inner.get_samples, sample_ids, partition_id,
@@ -84,8 +96,8 @@ class InstrumentedClient:
         t2 = perf_counter()
         try:
             with self._stats.lock:
-                live = self._occ.keys.get(partition_id, ())
-                n = len(sample_ids) if sample_ids is not None else len(live)
+                n = (len(sample_ids) if sample_ids is not None
+                     else len(self._occ.live(partition_id)))
                 self._occ.release(partition_id, sample_ids)
             # The guard has nothing to release: its digests live beside the rows, in the store.
             self._done("clear", t2 - t1, n, t_end=t2)
@@ -133,10 +145,11 @@ class InstrumentedClient:
                                    select_fields, added or select_fields is None,
                                    on_fail=self._strip)  # a full read returns any digests
         t3 = perf_counter()
+        nbytes = self._sized(0, payload_nbytes, result)
         try:
             n = len(sample_ids)
             got = len(result) if result.batch_dims else n
-            self._done(op, t2 - t1, n, read=payload_nbytes(result), missing=max(n - got, 0),
+            self._done(op, t2 - t1, n, read=nbytes, missing=max(n - got, 0),
                        overhead=t1 - t0 if guard is None else 0.0, t_end=t3)
         except Exception as exc:
             self._tel.internal_error("client", exc)
@@ -168,8 +181,9 @@ class InstrumentedClient:
             self._failed(op, exc, perf_counter() - t1)
             raise
         t2 = perf_counter()
+        read = (self._sized(0, payload_nbytes, result)
+                if read_result and hasattr(result, "items") else 0)
         try:
-            read = payload_nbytes(result) if read_result and hasattr(result, "items") else 0
             keys = len(result) if isinstance(result, (list, tuple, set, dict)) else 0
             self._done(op, t2 - t1, keys, read=read, t_end=t2)
         except Exception as exc:
@@ -191,7 +205,7 @@ class InstrumentedClient:
             if dt > s.window_max:
                 s.window_max = dt
             if occupy is not None:
-                self._occ.add(occupy[0], occupy[1], write)
+                self._occ.add(*occupy)
             # Our own time: everything after the inner call returned (the lock block itself,
             # a fraction of a microsecond, is the part not counted).
             t = st.instr_seconds
@@ -228,29 +242,51 @@ class InstrumentedClient:
 
     def _strip(self, result):
         try:
-            drop = [k for k in result.keys() if self._guard.is_digest_field(k)]
-            return result.exclude(*drop) if drop else result
+            from .guard import strip_digests  # the guard is loaded: this client has one
+            return strip_digests(result)
         except Exception as exc:
             self._tel.internal_error("guard", exc)
             return result
 
     def _reconcile(self) -> None:
-        """Drop keys another process cleared: diff what we hold against the store's listing."""
+        """Drop keys another process cleared: diff what we hold against the store's listing.
+        Ids put while the listing runs (other threads) are exempt: the listing may predate
+        them. A reconciliation already running elsewhere makes this one a no-op."""
+        st, occ = self._stats, self._occ
+        with st.lock:
+            if self._reconciling:
+                return
+            self._reconciling = True
+            self._rows_since_reconcile = 0
+            occ.recent = {}
+            partitions = list(occ.parts)
         t = perf_counter()
-        self._rows_since_reconcile = 0
         try:
-            with self._stats.lock:
-                partitions = list(self._occ.keys)
             for pid in partitions:
-                try:
-                    live = set(self._inner.list_sample_ids(pid))
-                except KeyError:
-                    live = set()  # the partition itself is gone
-                except Exception as exc:
-                    self._tel.internal_error("reconcile", exc)  # skipped; next window retries
+                live = self._listing(pid)
+                if live is None:
                     continue
-                with self._stats.lock:
-                    stale = self._occ.keys.get(pid, set()) - live
-                    self._occ.release(pid, stale)
+                with st.lock:
+                    stale = occ.live(pid) - live - occ.recent.get(pid, set())
+                    occ.release(pid, stale)
         finally:
-            self._stats.add_time("reconcile", perf_counter() - t)
+            with st.lock:
+                occ.recent = None
+                self._reconciling = False
+            st.add_time("reconcile", perf_counter() - t)
+
+    def _listing(self, pid) -> set | None:
+        try:
+            return set(self._inner.list_sample_ids(pid))
+        except KeyError:
+            return set()  # the partition itself is gone
+        except Exception as exc:
+            self._tel.internal_error("reconcile", exc)  # skipped; the next window retries
+            return None
+
+
+def _put_sizes(fields, tags) -> dict:
+    sizes = field_nbytes(fields)
+    if tags:
+        sizes[TAGS] = encoded_size(tags)
+    return sizes or {UNSIZED: 0}

@@ -25,49 +25,6 @@ class OpStats:
         self.window_max = 0.0  # slowest call since the last step_metrics()
 
 
-class Occupancy:
-    """What one client has put and not cleared: a live-key set and a byte total per partition.
-
-    There is no per-key truth to keep (a put's bytes spread evenly over its keys), so a
-    partial clear releases bytes pro rata and clearing the last key releases the remainder
-    exactly: a partition returns to zero however it is chopped up."""
-
-    __slots__ = ("keys", "bytes")
-
-    def __init__(self):
-        self.keys: dict[str, set[str]] = {}
-        self.bytes: dict[str, float] = {}
-
-    def add(self, partition: str, ids, nbytes: int) -> None:
-        live = self.keys.get(partition)
-        if live is None:
-            live = self.keys[partition] = set()
-            self.bytes[partition] = 0.0
-        live.update(ids)
-        self.bytes[partition] += nbytes
-
-    def release(self, partition: str, ids) -> int:
-        """Forget `ids` (None: all). Returns how many live keys went."""
-        live = self.keys.get(partition)
-        if not live:
-            return 0
-        before = len(live)
-        if ids is None:
-            live.clear()
-        else:
-            live.difference_update(ids)
-        gone = before - len(live)
-        if not live:
-            del self.keys[partition]
-            del self.bytes[partition]
-        elif gone:
-            self.bytes[partition] *= len(live) / before
-        return gone
-
-    def totals(self) -> tuple[float, int]:
-        return sum(self.bytes.values()), sum(len(k) for k in self.keys.values())
-
-
 @dataclass
 class Stats:
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -78,7 +35,7 @@ class Stats:
     codec_seconds: dict[str, float] = field(default_factory=dict)
     step_seconds: float = 0.0
     steps: int = 0
-    occupancies: list[Occupancy] = field(default_factory=list)
+    occupancies: list = field(default_factory=list)  # occupancy.Occupancy, one per client
 
     def op(self, name: str) -> OpStats:
         # Called under the lock. Get-then-insert: setdefault would build a throwaway each call.

@@ -1,6 +1,7 @@
 import random
 import sys
 import threading
+import time
 import traceback
 
 import msgpack
@@ -108,18 +109,38 @@ def test_same_exception_object_reaches_the_caller(tel):
                  error_type="RuntimeError") == 1
 
 
-def test_internal_failure_never_fails_the_call(tel, client, monkeypatch):
+def test_sizing_failure_keeps_the_op_timed_and_counted(tel, client, monkeypatch):
     def broken(_):
         raise ZeroDivisionError("bug in dpobs")
+    monkeypatch.setattr(client_mod, "field_nbytes", broken)
     monkeypatch.setattr(client_mod, "payload_nbytes", broken)
     td, _ = _batch(3, 2)
-    client.put_samples(["a", "b", "c"], "p", td)
-    out = client.get_samples(["a"], "p")
+    with tel.step():
+        client.put_samples(["a", "b", "c"], "p", td)
+        out = client.get_samples(["a"], "p")
     assert out.batch_size == torch.Size([1])
     s = scrape(tel)
-    assert value(s, "dpobs_instrumentation_errors_total", component="client") == 2
-    assert value(s, "dpobs_client_operation_errors_total", op="put",
-                 error_type="ZeroDivisionError") == 0
+    assert value(s, "dpobs_instrumentation_errors_total", component="sizing") == 2
+    assert ("dpobs_client_operation_errors_total", frozenset({("op", "put"),
+            ("error_type", "ZeroDivisionError")})) not in s
+    # Everything but the bytes is intact: the calls are timed, counted, their keys named.
+    assert value(s, OPS, op="put") == 1 and value(s, OPS, op="get") == 1
+    assert value(s, "dpobs_client_operation_duration_seconds_sum", op="put") > 0
+    assert value(s, KEYS, op="put") == 3 and value(s, KEYS, op="get") == 1
+    assert value(s, "dpobs_client_outstanding_keys") == 3
+    m = tel.step_metrics()
+    assert m["dpobs/op/put/calls"] == 1 and m["dpobs/op/get/calls"] == 1
+    assert m["dpobs/data_plane_s"] > 0
+
+
+def test_unsizable_nontensor_payload_still_counts_the_op(tel, client):
+    from tensordict import NonTensorData
+    td = TensorDict({"x": torch.ones(3, 2)}, batch_size=[3])
+    td["meta"] = NonTensorData([[0]] * 3000)  # once a ZeroDivisionError in the sizing walk
+    client.put_samples(["a", "b", "c"], "p", td)
+    s = scrape(tel)
+    assert value(s, OPS, op="put") == 1
+    assert value(s, BYTES, op="put", direction="write") == 24 + len(msgpack.packb([[0]] * 3000))
 
 
 def test_rows_a_store_silently_drops_are_counted_missing(tel):
@@ -257,3 +278,76 @@ def test_random_payloads_never_make_the_wrapper_raise(tel, payload):
     assert tel.stats.instr_errors.get("client", 0) == before
     if exact:
         assert tel.stats.ops["put"].write_bytes - written_before == truth
+
+
+def test_overwriting_live_ids_replaces_their_bytes(tel, client):
+    td, nbytes = _batch(4, 7)
+    ids = ["a", "b", "c", "d"]
+    client.put_samples(ids, "p", td)
+    client.put_samples(ids, "p", td)  # the store replaces the rows: nothing more is held
+    s = scrape(tel)
+    assert value(s, "dpobs_client_outstanding_size_bytes") == nbytes
+    assert value(s, "dpobs_client_outstanding_keys") == 4
+    client.put_samples(["c", "d", "e", "f"], "p", _batch(4, 7)[0])  # half overlap, same rows
+    s = scrape(tel)
+    assert value(s, "dpobs_client_outstanding_keys") == 6
+    assert value(s, "dpobs_client_outstanding_size_bytes") == pytest.approx(nbytes * 6 / 4, abs=1)
+    client.clear_samples(None, "p")
+    assert value(scrape(tel), "dpobs_client_outstanding_size_bytes") == 0
+
+
+def test_delta_write_adds_only_the_new_fields(tel, client):
+    ids = [str(i) for i in range(8)]
+    base = TensorDict({"x": torch.ones(8, 4)}, batch_size=[8])  # 128 B
+    reward = TensorDict({"r": torch.ones(8, dtype=torch.float64)}, batch_size=[8])  # 64 B
+    client.put_samples(ids, "p", base)
+    client.put_samples(ids, "p", reward)  # a new field on live rows
+    assert value(scrape(tel), "dpobs_client_outstanding_size_bytes") == 128 + 64
+    client.put_samples(ids[:4], "p", reward[:4])  # rewrites half of one field only
+    assert value(scrape(tel), "dpobs_client_outstanding_size_bytes") == 128 + 64
+    client.clear_samples(ids[:2], "p")
+    s = scrape(tel)
+    assert value(s, "dpobs_client_outstanding_size_bytes") == (128 + 64) * 6 / 8
+    assert value(s, "dpobs_client_outstanding_keys") == 6
+
+
+def test_put_with_tags_only_keeps_keys_live(tel, client):
+    client.put_samples(["a", "b"], "p", None, tags=[{"k": 1}, {"k": 2}])
+    client.put_samples(["a", "b"], "p", None, tags=[{"k": 1}, {"k": 2}])
+    s = scrape(tel)
+    assert value(s, "dpobs_client_outstanding_keys") == 2
+    assert value(s, "dpobs_client_outstanding_size_bytes") == len(msgpack.packb([{"k": 1},
+                                                                                {"k": 2}]))
+
+
+def test_reconciliation_never_releases_puts_that_land_during_its_listing(tel):
+    class SlowList(dpobs.InMemoryDataPlane):
+        def list_sample_ids(self, pid):
+            ids = super().list_sample_ids(pid)
+            time.sleep(0.005)  # another thread's put lands while this listing is in flight
+            return ids
+    c = tel.instrument(SlowList())
+    c._reconcile_rows = 8
+    per = 400
+    row = TensorDict({"x": torch.ones(1, 2)}, batch_size=[1])
+    concurrent = []
+
+    def work(t):
+        for i in range(per):
+            c.put_samples([f"{t}-{i}"], "p", row)
+
+    real = c._reconcile
+
+    def counting():
+        concurrent.append(c._reconciling)
+        real()
+    c._reconcile = counting
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(6)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    s = scrape(tel)
+    assert value(s, "dpobs_client_outstanding_keys") == 6 * per
+    assert value(s, "dpobs_client_outstanding_size_bytes") == 6 * per * 8
+    assert any(concurrent), "no reconciliation overlapped another: the test proved nothing"
