@@ -242,6 +242,8 @@ class MooncakeDataPlane:
     # -- manifests and the index --------------------------------------------------------
     def _manifests(self, pid, ids):
         """([{field path: kind} or None per id], [tags per id]); None: absent or cleared."""
+        if not ids:
+            return [], []  # get_batch([]) answers [b''], not []
         raw = self._s.get_batch([self._row_key(pid, sid) for sid in ids])
         rows, tags = [], []
         for blob in raw:

@@ -147,7 +147,8 @@ def _get_many(args, out):
     got = [v for v in out if v is not None]
     if got and type(got[0]) is bytes:
         got = [v for v in got if v]
-    return len(args[0]), _sum_nbytes(got), 0, len(out) - len(got), [], 0
+    # max: get_batch([]) answers [b''], one "missing" value for no key asked
+    return len(args[0]), _sum_nbytes(got), 0, max(len(args[0]) - len(got), 0), [], 0
 
 
 def _get_into(args, rc):

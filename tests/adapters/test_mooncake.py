@@ -30,6 +30,8 @@ from dpobs_otel.adapters.mooncake import instrument_store  # noqa: E402
 from dpobs_otel.adapters.mooncake_master import MooncakeMaster, connect_store  # noqa: E402
 from stores.test_memory import _batch  # noqa: E402  the in-memory store's cases, mirrored
 from guard.test_guard_crossprocess import N, PART, _payload  # noqa: E402  its GRPO rows
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from test_client import payloads  # noqa: E402  the core suite's payload strategy
 
 LEASE_MS = 300
 IDS = ["a", "b", "c"]
@@ -66,7 +68,7 @@ def _master_keys(master) -> list[str]:
 
 
 def _bits(t: torch.Tensor) -> list:
-    return t.contiguous().view(torch.uint8).tolist() if t.numel() else []
+    return t.contiguous().reshape(-1).view(torch.uint8).tolist() if t.numel() else []
 
 
 # -- the protocol, mirroring tests/stores/test_memory.py ------------------------------
@@ -184,6 +186,48 @@ def test_names_with_separators_do_not_collide(dp):
 def test_unsupported_value_is_the_stores_error_not_silence(dp):
     with pytest.raises(TypeError):
         dp.put_samples(["a"], "p", TensorDict({"x": torch.ones(1)}, [1]), tags=[{"f": object()}])
+
+
+def test_empty_requests(dp):
+    dp.put_samples([], "p", TensorDict({"x": torch.ones(0, 2)}, [0]))
+    assert dp.list_sample_ids("p") == []
+    assert dp.get_samples([], "p").batch_size == torch.Size([0])
+    dp.put_samples(["a"], "p")  # a row with no fields
+    assert dp.list_sample_ids("p") == ["a"] and list(dp.get_samples(["a"], "p").keys()) == []
+    dp.clear_samples([], "p")
+    assert dp.list_sample_ids("p") == ["a"]
+
+
+def _rows(v):
+    if isinstance(v, torch.Tensor):
+        return [(r.dtype, tuple(r.shape), _bits(r)) for r in v.unbind(0)]
+    return v.tolist()
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(payloads())
+def test_random_payloads_round_trip_and_count_exactly(tel, dp, payload):
+    """The core suite's payload strategy (every dtype, empty dims, non-contiguous views,
+    jagged rows, any non-tensor value) through a measured MooncakeDataPlane."""
+    td, truth, exact = payload
+    c = tel.instrument(dp)
+    ids = [f"h{next(_ns)}-{i}" for i in range(td.batch_size[0])]
+    before = tel.stats.ops["put"].write_bytes if "put" in tel.stats.ops else 0
+    c.put_samples(ids, "hyp", td)
+    out = c.get_samples(ids, "hyp")
+    c.clear_samples(ids, "hyp")
+    assert set(out.keys()) == set(td.keys())
+    for k in td.keys():
+        if k == "meta":
+            v = td.get(k).data
+            if exact:  # object() comes back a new object: only its type is kept
+                assert out.get(k).tolist() == [v] * len(ids)
+            continue
+        assert _rows(out[k]) == _rows(td[k])
+    assert tel.stats.instr_errors.get("client", 0) == 0
+    if exact:
+        assert tel.stats.ops["put"].write_bytes - before == truth
 
 
 # -- the read lease -------------------------------------------------------------------
