@@ -106,14 +106,24 @@ def build(c: Config = DEFAULT) -> dict[str, str]:
     return files
 
 
-def write(out: str | Path, c: Config = DEFAULT) -> dict[str, str]:
+def write(out: str | Path, c: Config = DEFAULT,
+          dashboards_out: str | Path | None = None) -> dict[str, str]:
+    """Write the tree under `out`; DIR/dashboards goes to `dashboards_out` when given (the
+    repository keeps it at the top: `dpobs mixin --out deploy --dashboards-out dashboards`)."""
     files = build(c)
-    write_files(Path(out), files)
+    boards = {k: v for k, v in files.items() if k.startswith("dashboards/")}
+    if dashboards_out is None:
+        write_files(Path(out), files)
+    else:
+        write_files(Path(out), {k: v for k, v in files.items() if k not in boards})
+        write_files(Path(dashboards_out), {k.split("/", 1)[1]: v for k, v in boards.items()})
     return files
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, required=True, help="directory to write the tree into")
+    parser.add_argument("--dashboards-out", type=Path, metavar="DIR",
+                        help="write the dashboards here instead of OUT/dashboards")
     parser.add_argument("--cluster-label", default=DEFAULT.cluster_label,
                         help="a label every aggregation keeps, e.g. cluster (default: none)")
     parser.add_argument("--job-selector", default=DEFAULT.job_selector,
@@ -127,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
     c = Config(cluster_label=args.cluster_label, job_selector=args.job_selector,
                runbook_base_url=args.runbook_base_url)
     try:
-        write(args.out, c)
+        write(args.out, c, args.dashboards_out)
     except MissingExtra as err:
         print(f"dpobs mixin: {err}", file=sys.stderr)
         return 2

@@ -70,7 +70,7 @@ def test_dashboards_are_current():
     committed = {p.name: p.read_text() for p in DASH_DIR.glob("*.json")}
     assert fresh.keys() == committed.keys()
     stale = [name for name in fresh if fresh[name] != committed[name]]
-    assert not stale, f"{stale} are stale: run `make mixin`"
+    assert not stale, f"{stale} are stale: run `dpobs mixin --out deploy --dashboards-out dashboards`"
 
 
 def test_both_uids_and_a_prometheus_datasource_variable():

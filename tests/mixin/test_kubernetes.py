@@ -31,7 +31,7 @@ def test_committed_manifests_are_current():
     on_disk = {p.name: p.read_text() for p in COMMITTED.glob("*.yaml")}
     assert set(on_disk) == set(built)
     for name, text in built.items():
-        assert on_disk[name] == text, f"{name} is stale: run `make mixin`"
+        assert on_disk[name] == text, f"{name} is stale: run `dpobs mixin --out deploy --dashboards-out dashboards`"
 
 
 def test_prometheus_rule_carries_the_rule_files_unchanged():

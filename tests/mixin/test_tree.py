@@ -29,13 +29,20 @@ def test_repository_is_exactly_the_mixin_output(tmp_path, capsys):
     assert capsys.readouterr().out.split() == [str(tmp_path / n) for n in sorted(written)]
     repo = {f"dashboards/{n}": t for n, t in files_under(ROOT / "dashboards").items()}
     repo |= files_under(ROOT / "deploy")
-    assert sorted(repo) == sorted(written), "run `make mixin`"
+    assert sorted(repo) == sorted(written), "run `dpobs mixin --out deploy --dashboards-out dashboards`"
     stale = [n for n in written if repo[n] != written[n]]
-    assert not stale, f"{stale} differ from `dpobs mixin` output: run `make mixin`"
+    assert not stale, f"{stale} differ from `dpobs mixin` output: run `dpobs mixin --out deploy --dashboards-out dashboards`"
     assert {p.split("/")[0] for p in written} == {
         "prometheus", "alertmanager", "grafana", "kubernetes", "agent", "dashboards"}
     assert {"prometheus/prometheus.yml", "prometheus/central.yml"} <= written.keys()
     assert any(p.startswith("prometheus/tests/") for p in written)
+
+
+def test_dashboards_out_splits_the_tree_as_the_repository_does(tmp_path):
+    deploy, boards = tmp_path / "deploy", tmp_path / "dashboards"
+    assert cli.main(["mixin", "--out", str(deploy), "--dashboards-out", str(boards)]) == 0
+    assert files_under(deploy) == files_under(ROOT / "deploy")
+    assert files_under(boards) == files_under(ROOT / "dashboards")
 
 
 def rules_of(files: dict[str, str], name: str) -> list[dict]:
