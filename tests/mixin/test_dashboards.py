@@ -9,6 +9,7 @@ import pytest
 import yaml
 from promql_tokens import metric_names
 
+from dpobs_otel import cli
 from dpobs_otel.demo.stack import Stack
 from dpobs_otel.mixin import dashboards
 
@@ -71,6 +72,13 @@ def test_dashboards_are_current():
     assert fresh.keys() == committed.keys()
     stale = [name for name in fresh if fresh[name] != committed[name]]
     assert not stale, f"{stale} are stale: run `dpobs mixin --out deploy --dashboards-out dashboards`"
+
+
+def test_dashboards_command_writes_the_committed_files(tmp_path, capsys):
+    assert cli.main(["dashboards", "--out", str(tmp_path)]) == 0
+    written = {p.name: p.read_text() for p in tmp_path.iterdir()}
+    assert written == {p.name: p.read_text() for p in DASH_DIR.glob("*.json")}
+    assert capsys.readouterr().out.split() == [str(tmp_path / n) for n in sorted(written)]
 
 
 def test_both_uids_and_a_prometheus_datasource_variable():

@@ -19,6 +19,7 @@ RECORDING = RULES / "dpobs-recording.rules.yml"
 ALERTS = RULES / "dpobs-alerts.rules.yml"
 PROM_TESTS = sorted((ROOT / "deploy/prometheus/tests").glob("*.yml"))
 PROMETHEUS_YML = ROOT / "deploy/prometheus/prometheus.yml"
+CENTRAL_YML = ROOT / "deploy/prometheus/central.yml"
 ALERTMANAGER_YML = ROOT / "deploy/alertmanager/alertmanager.yml"
 RUNBOOK = ROOT / "docs/runbook.md"
 SEVERITIES = {"critical", "warning", "info"}
@@ -84,6 +85,22 @@ def test_prometheus_config_loads_both_rule_files(tmp_path):
     assert {"scrape_interval", "evaluation_interval"} <= cfg["global"].keys()
     cfg["rule_files"] = [str(RULES / "*.rules.yml")]
     local = tmp_path / "prometheus.yml"
+    local.write_text(yaml.safe_dump(cfg))
+    out = run(tool("promtool"), "check", "config", local)
+    assert str(RECORDING) in out and str(ALERTS) in out
+
+
+def test_central_config_loads_both_rule_files_and_alerts(tmp_path):
+    """What agents remote-write into: the same rules and Alertmanager, no dpobs scrape job of
+    its own (the agents scrape), and it says how to turn the receiver on."""
+    text = CENTRAL_YML.read_text()
+    assert "--web.enable-remote-write-receiver" in text
+    cfg = yaml.safe_load(text)
+    assert cfg["rule_files"] == ["/etc/prometheus/rules/*.rules.yml"]
+    assert cfg["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"] == ["alertmanager:9093"]
+    assert [j["job_name"] for j in cfg["scrape_configs"]] == ["dpobs-central"]
+    cfg["rule_files"] = [str(RULES / "*.rules.yml")]
+    local = tmp_path / "central.yml"
     local.write_text(yaml.safe_dump(cfg))
     out = run(tool("promtool"), "check", "config", local)
     assert str(RECORDING) in out and str(ALERTS) in out
