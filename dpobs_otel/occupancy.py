@@ -55,11 +55,15 @@ class _Group:
 class _Partition:
     __slots__ = ("groups", "by_field")
 
-    def __init__(self):
-        self.groups: list[_Group] = []
-        self.by_field: dict[str, _Group] = {}
+    def __init__(self, first: _Group):
+        self.groups: list[_Group] = [first]
+        self.by_field: dict[str, _Group] = dict.fromkeys(first.bytes, first)
 
     def put(self, ids, nbytes: dict[str, int]) -> None:
+        groups = self.groups
+        if len(groups) == 1 and groups[0].bytes.keys() == nbytes.keys():
+            groups[0].replace(ids, nbytes)  # the common put: the same fields as before
+            return
         by_field = self.by_field
         new = [f for f in nbytes if f not in by_field]
         touched = {id(g): g for f, g in by_field.items() if f in nbytes}
@@ -68,7 +72,7 @@ class _Partition:
                 g = self._split(g, [f for f in g.bytes if f in nbytes])
             g.replace(ids, nbytes)
         if new:
-            g = _Group(set(ids), {f: float(nbytes[f]) for f in new})
+            g = _Group(set(ids), {f: nbytes[f] for f in new})
             self.groups.append(g)
             for f in new:
                 by_field[f] = g
@@ -81,10 +85,15 @@ class _Partition:
         return part
 
     def release(self, ids) -> None:
+        emptied = 0
         for g in self.groups:
             g.release(ids)
-        self.groups = [g for g in self.groups if g.keys]
-        self.by_field = {f: g for g in self.groups for f in g.bytes}
+            emptied += not g.keys
+        if emptied == len(self.groups):
+            self.groups = []  # the caller drops the partition
+        elif emptied:
+            self.groups = [g for g in self.groups if g.keys]
+            self.by_field = {f: g for g in self.groups for f in g.bytes}
 
     def live(self) -> set:
         if len(self.groups) == 1:
@@ -107,9 +116,10 @@ class Occupancy:
 
     def add(self, partition: str, ids, nbytes: dict[str, int]) -> None:
         p = self.parts.get(partition)
-        if p is None:
-            p = self.parts[partition] = _Partition()
-        p.put(ids, nbytes)
+        if p is None:  # a fresh partition: one group of every field, no overlap to judge
+            self.parts[partition] = _Partition(_Group(set(ids), dict(nbytes)))
+        else:
+            p.put(ids, nbytes)
         if self.recent is not None:
             self.recent.setdefault(partition, set()).update(ids)
 
