@@ -131,8 +131,8 @@ def substitute(expr: str, values: dict[str, str]) -> str:
 def test_every_dashboard_expression_returns_data(clean):
     stack, res = clean
     trainer = res.info[("trainer", 0)]["instance"]
-    choices = [{"job": ".*", "role": ".*", "instance": ".*"},  # Grafana's "All"
-               {"job": "dpobs", "role": "trainer", "instance": trainer}]
+    choices = [{"job": ".*", "node": ".*", "role": ".*", "instance": ".*"},  # Grafana's "All"
+               {"job": "dpobs", "node": ".*", "role": "trainer", "instance": trainer}]
     exprs = list(dashboard_exprs())
     assert exprs
     for where, expr in exprs:
