@@ -5,6 +5,7 @@
     client = tel.instrument(my_store_client)
 """
 import importlib
+from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
@@ -16,6 +17,16 @@ _LAZY = {
     "connect_store": "stores.memory",
 }
 __all__ = [*_LAZY, "__version__"]
+
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time the names load lazily
+    from .config import Settings
+    from .exporters.prometheus import PortInUseError
+    from .stores.memory import InMemoryDataPlane, connect_store, serve_store
+    from .telemetry import Telemetry, start
+
+
+def __dir__():
+    return sorted({*globals(), *__all__})
 
 
 def __getattr__(name):

@@ -16,6 +16,17 @@ def _bool(text: str) -> bool:
     raise ValueError(f"not a boolean: {text!r}")
 
 
+def parse_bool(text: str, name: str) -> bool:
+    try:
+        return _bool(text)
+    except ValueError as exc:
+        raise ValueError(f"{name}={text!r}: {exc}") from None
+
+
+# Where rank comes from when DPOBS_RANK is unset: torchrun, then srun.
+RANK_FALLBACKS = ("RANK", "SLURM_PROCID")
+
+
 @dataclass(frozen=True)
 class Settings:
     role: str = "trainer"
@@ -44,6 +55,8 @@ class Settings:
                 raw = env.get("DPOBS_" + f.name.upper())
                 if raw is None and f.name == "job":
                     raw = env.get("OTEL_SERVICE_NAME")  # the OTel service is the Prometheus job
+                if raw is None and f.name == "rank":
+                    raw = next((env[v] for v in RANK_FALLBACKS if v in env), None)
                 if raw is None:
                     continue
                 raw = _parse(f.name, f.type, raw)
@@ -53,10 +66,22 @@ class Settings:
         return s
 
     def validate(self) -> None:
-        if not isinstance(self.role, str) or not self.role:
-            raise ValueError("role must be a non-empty string")
-        if not 0 <= int(self.port) <= 65535:
+        """Explicit arguments get the checks environment values get."""
+        for f in fields(self):
+            v = getattr(self, f.name)
+            want = _TYPES[f.name]
+            if v is not None and not (isinstance(v, want) and not
+                                      (want is int and isinstance(v, bool))):
+                raise TypeError(f"dpobs setting {f.name} must be {want.__name__}, "
+                                f"got {type(v).__name__} {v!r}")
+        if not self.role or not self.job:
+            raise ValueError("role and job must be non-empty strings")
+        if self.rank < 0:
+            raise ValueError(f"rank must be >= 0, got {self.rank}")
+        if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be 0..65535, got {self.port}")
+        if self.reconcile_rows < 1:
+            raise ValueError(f"reconcile_rows must be >= 1, got {self.reconcile_rows}")
         if (self.tls_certfile is None) != (self.tls_keyfile is None):
             raise ValueError("TLS needs both tls_certfile and tls_keyfile")
         if self.tls_client_cafile and not self.tls_certfile:
@@ -69,6 +94,11 @@ class Settings:
         if self.host in ("0.0.0.0", "::", ""):
             return socket.gethostname()
         return self.host
+
+
+# Each setting's Python type, from its annotation ("int", "str | None", ...).
+_TYPES = {f.name: {"str": str, "int": int, "bool": bool}[str(f.type).split(" |")[0]]
+          for f in fields(Settings)}
 
 
 def _parse(name: str, typ, raw: str):

@@ -1,57 +1,95 @@
 """tel.step_metrics(): per-step deltas of the same aggregates the instruments export, for
-loggers such as wandb or TensorBoard. Keys are stable and namespaced under `dpobs/`."""
+loggers such as wandb or TensorBoard. Keys are namespaced under `dpobs/`.
+
+Which keys can be absent (README, "Per-step metrics"): `dpobs/frac_of_step` in a window
+with no completed step (a fraction of nothing is undefined, not 0); `dpobs/op/<op>/...`
+until the op is first used (from then on every window carries it, 0 when idle);
+`dpobs/codec/<stage>_s` until the stage is first timed; `dpobs/guard/...` whenever the
+guard is off. Every other key is in every dict.
+"""
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 from .stats import Stats
 
 MB = 1e6
 
 
-class StepMetrics:
-    def __init__(self, stats: Stats):
-        self._stats = stats
-        self._prev: dict[str, float] = {}
+@dataclass
+class _Snapshot:
+    step_s: float = 0.0
+    steps: int = 0
+    instrumentation_s: float = 0.0
+    # op -> (seconds, calls, errors, bytes either way)
+    ops: dict[str, tuple[float, int, int, int]] = field(default_factory=dict)
+    max_s: dict[str, float] = field(default_factory=dict)
+    codec: dict[str, float] = field(default_factory=dict)
+    guard: dict[str, float] = field(default_factory=dict)
 
-    def _snapshot(self) -> dict[str, float]:
+
+class StepMetrics:
+    def __init__(self, stats: Stats, guard=None):
+        self._stats = stats
+        self._guard = guard
+        self._prev = _Snapshot()
+
+    def _snapshot(self) -> _Snapshot:
         st = self._stats
-        snap: dict[str, float] = {}
+        snap = _Snapshot()
         with st.lock:
-            snap["step_s"] = st.step_seconds
-            snap["steps"] = st.steps
+            snap.step_s, snap.steps = st.step_seconds, st.steps
             for op, s in st.ops.items():
-                snap[f"op/{op}/seconds"] = s.seconds
-                snap[f"op/{op}/calls"] = s.calls
-                snap[f"op/{op}/errors"] = s.errors
-                snap[f"op/{op}/mb"] = (s.read_bytes + s.write_bytes) / MB
-                snap[f"max/{op}"] = s.window_max
+                snap.ops[op] = (s.seconds, s.calls, s.errors, s.read_bytes + s.write_bytes)
+                snap.max_s[op] = s.window_max
                 s.window_max = 0.0  # a maximum cannot be differenced: the reader resets it
-            for stage, sec in st.codec_seconds.items():
-                snap[f"codec/{stage}_s"] = sec
-            snap["instrumentation_s"] = sum(st.instr_seconds.values())
+            snap.codec = dict(st.codec_seconds)
+            snap.instrumentation_s = sum(st.instr_seconds.values())
+        if self._guard is not None:
+            snap.guard = guard_flat(self._guard.totals())
         return snap
 
     def collect(self) -> dict[str, float]:
         now = self._snapshot()
         prev, self._prev = self._prev, now
-        d = {k: v - prev.get(k, 0) for k, v in now.items() if not k.startswith("max/")}
-        ops = sorted(k.split("/")[1] for k in now if k.startswith("op/") and k.endswith("/calls"))
-        dp = sum(d[f"op/{op}/seconds"] for op in ops)
-        out = {"dpobs/step_s": d["step_s"], "dpobs/steps": d["steps"], "dpobs/data_plane_s": dp}
-        if d["step_s"] > 0:
-            out["dpobs/frac_of_step"] = dp / d["step_s"]
-        for op in ops:
+        step_s = now.step_s - prev.step_s
+        deltas = {op: [a - b for a, b in zip(v, prev.ops.get(op, (0, 0, 0, 0)))]
+                  for op, v in now.ops.items()}
+        dp = sum(d[0] for d in deltas.values())
+        out = {"dpobs/step_s": step_s, "dpobs/steps": now.steps - prev.steps,
+               "dpobs/data_plane_s": dp}
+        if step_s > 0:
+            out["dpobs/frac_of_step"] = dp / step_s
+        for op in sorted(deltas):
+            seconds, calls, errors, nbytes = deltas[op]
             p = f"dpobs/op/{op}/"
-            out[p + "seconds"] = d[f"op/{op}/seconds"]
-            out[p + "calls"] = d[f"op/{op}/calls"]
-            out[p + "errors"] = d[f"op/{op}/errors"]
-            out[p + "share"] = d[f"op/{op}/seconds"] / dp if dp > 0 else 0.0
-            out[p + "max_latency_s"] = now[f"max/{op}"]
-            out[p + "mb"] = d[f"op/{op}/mb"]
-        for key in now:
-            if key.startswith("codec/"):
-                out["dpobs/" + key] = d[key]
+            out[p + "seconds"] = seconds
+            out[p + "calls"] = calls
+            out[p + "errors"] = errors
+            out[p + "share"] = seconds / dp if dp > 0 else 0.0
+            out[p + "max_latency_s"] = now.max_s[op]
+            out[p + "mb"] = nbytes / MB
+        for stage, sec in now.codec.items():
+            out[f"dpobs/codec/{stage}_s"] = sec - prev.codec.get(stage, 0.0)
+        for key, v in now.guard.items():
+            out[f"dpobs/guard/{key}"] = v - prev.guard.get(key, 0)
         size, _ = self._stats.outstanding()
         out["dpobs/outstanding_mb"] = size / MB
-        out["dpobs/instrumentation_s"] = d["instrumentation_s"]
-        out["dpobs/instrumentation_frac"] = d["instrumentation_s"] / dp if dp > 0 else 0.0
+        instr = now.instrumentation_s - prev.instrumentation_s
+        out["dpobs/instrumentation_s"] = instr
+        out["dpobs/instrumentation_frac"] = instr / dp if dp > 0 else 0.0
         return out
+
+
+GUARD_ROWS = ("recorded", "checked", "mismatched", "unverified")
+
+
+def guard_flat(totals: dict[str, dict[str, int]]) -> dict[str, int]:
+    """The guard's cumulative counts as step-dict keys: rows_<kind> summed over fields (every
+    kind always present, so a first mismatch is a change from 0), fields_skipped/<reason>,
+    failures."""
+    out = {f"rows_{kind}": sum(totals.get(kind, {}).values()) for kind in GUARD_ROWS}
+    for reason, n in totals.get("skipped", {}).items():
+        out[f"fields_skipped/{reason}"] = n
+    out["failures"] = sum(totals.get("failures", {}).values())
+    return out

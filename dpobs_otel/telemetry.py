@@ -6,23 +6,17 @@ import logging
 import os
 import time
 
-from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, MeterProvider
 from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
 from opentelemetry.sdk.resources import Resource
-from prometheus_client import CollectorRegistry
-
 from . import names
 from .config import Settings
-from .exporters.prometheus import MetricsEndpoint
-from .exporters.filesd import FileSDTarget
 from .stats import Stats
 from .stepmetrics import StepMetrics
 from . import __version__
 
 log = logging.getLogger("dpobs_otel")
-
 
 
 def _views() -> list[View]:
@@ -35,38 +29,26 @@ def _views() -> list[View]:
 
 
 class Telemetry:
-    def __init__(self, settings: Settings):
+    def __init__(self, settings: Settings, exporters=None):
         self.settings = s = settings
         self.stats = Stats()
         self._logged: set[str] = set()
-        self.registry = CollectorRegistry(auto_describe=True)
-        # scope labels would ride on every series without telling anyone anything.
-        self._reader = PrometheusMetricReader(registry=self.registry, scope_info_enabled=False)
+        if exporters is None:
+            from .exporters.prometheus import PrometheusExporter
+            exporters = [PrometheusExporter(s)]
+        self.exporters = list(exporters)
         resource = Resource.create({"service.name": s.job, "dpobs.role": s.role,
                                     "dpobs.rank": str(s.rank)})
-        self._provider = MeterProvider(metric_readers=[self._reader], views=_views(),
-                                       resource=resource,
+        self._provider = MeterProvider(metric_readers=[e.reader for e in self.exporters],
+                                       views=_views(), resource=resource,
                                        exemplar_filter=AlwaysOffExemplarFilter())
         self.meter = meter = self._provider.get_meter("dpobs_otel", __version__)
         self._create_instruments(meter)
-        self._step_metrics = StepMetrics(self.stats)
         self.guard = None
         if s.verify_tensor_hash:
             from .guard import WireGuard  # off by default: no digest code runs without it
             self.guard = WireGuard(meter, self.internal_error)
-        self._endpoint = MetricsEndpoint(self.registry, s.host, s.port, certfile=s.tls_certfile,
-                                         keyfile=s.tls_keyfile,
-                                         client_cafile=s.tls_client_cafile)
-        self._sd = None
-        if s.sd_dir:
-            try:
-                self._sd = FileSDTarget(
-                    s.sd_dir, f"{s.target_host}:{self._endpoint.port}",
-                    {"job": s.job, "role": s.role, "rank": s.rank},
-                    name=f"dpobs-{s.job}-{s.role}-{s.rank}-{os.getpid()}")
-            except BaseException:
-                self._endpoint.close()
-                raise
+        self._step_metrics = StepMetrics(self.stats, self.guard)
         self._closed = False
 
     # -- instruments ------------------------------------------------------------------
@@ -149,12 +131,18 @@ class Telemetry:
 
     # -- public API -------------------------------------------------------------------
     @property
-    def endpoint(self) -> str:
-        return self._endpoint.endpoint
+    def endpoint(self) -> str | None:
+        """"host:port" of the first exporter that serves one (None: push exporters only)."""
+        return next((e.endpoint for e in self.exporters if e.endpoint), None)
 
     @property
-    def url(self) -> str:
-        return f"{self._endpoint.scheme}://{self.endpoint}/metrics"
+    def url(self) -> str | None:
+        return next((e.url for e in self.exporters if getattr(e, "endpoint", None)), None)
+
+    @property
+    def registry(self):
+        """The Prometheus exporter's registry (None without one)."""
+        return next((e.registry for e in self.exporters if hasattr(e, "registry")), None)
 
     def instrument(self, inner):
         from .client import InstrumentedClient
@@ -218,10 +206,9 @@ class Telemetry:
         if self._closed:
             return
         self._closed = True
-        if self._sd is not None:
-            self._sd.remove()
-        self._endpoint.close()
-        self._provider.shutdown()  # also unregisters the reader's collector
+        for e in self.exporters:
+            e.shutdown()
+        self._provider.shutdown()  # also unregisters the readers' collectors
 
     def __enter__(self):
         return self
@@ -232,10 +219,63 @@ class Telemetry:
 
 def start(role: str | None = None, rank: int | None = None, *, job: str | None = None,
           host: str | None = None, port: int | None = None, sd_dir: str | None = None,
-          verify_tensor_hash: bool | None = None, **more) -> Telemetry:
-    """Start dpobs in this process. Arguments left unset come from DPOBS_<NAME> environment
-    variables, then defaults; extra keywords: advertise_host, tls_certfile, tls_keyfile,
-    tls_client_cafile, reconcile_rows."""
-    settings = Settings.resolve(role=role, rank=rank, job=job, host=host, port=port,
-                                sd_dir=sd_dir, verify_tensor_hash=verify_tensor_hash, **more)
-    return Telemetry(settings)
+          verify_tensor_hash: bool | None = None, advertise_host: str | None = None,
+          tls_certfile: str | None = None, tls_keyfile: str | None = None,
+          tls_client_cafile: str | None = None, reconcile_rows: int | None = None,
+          exporters=None) -> "Telemetry | DisabledTelemetry":
+    """Start dpobs in this process and return its Telemetry.
+
+    Every argument left None comes from its DPOBS_<NAME> environment variable, then the
+    default (README, "Settings"); rank falls back to RANK (torchrun), then SLURM_PROCID.
+    Explicit arguments are validated like environment values. advertise_host: the host
+    written into file_sd when host is a wildcard. tls_*: serve /metrics over TLS, mutual
+    when tls_client_cafile is set. reconcile_rows: rows put between occupancy
+    reconciliations. exporters: replace the default Prometheus exporter (see
+    dpobs_otel.exporters). OTEL_SDK_DISABLED=true or DPOBS_DISABLED=1 turns dpobs off: the
+    result instruments nothing and serves nothing."""
+    if disabled():
+        return DisabledTelemetry()
+    settings = Settings.resolve(
+        role=role, rank=rank, job=job, host=host, port=port, sd_dir=sd_dir,
+        verify_tensor_hash=verify_tensor_hash, advertise_host=advertise_host,
+        tls_certfile=tls_certfile, tls_keyfile=tls_keyfile,
+        tls_client_cafile=tls_client_cafile, reconcile_rows=reconcile_rows)
+    return Telemetry(settings, exporters)
+
+
+def disabled(env=os.environ) -> bool:
+    from .config import parse_bool
+    return (parse_bool(env.get("OTEL_SDK_DISABLED", ""), "OTEL_SDK_DISABLED")
+            or parse_bool(env.get("DPOBS_DISABLED", ""), "DPOBS_DISABLED"))
+
+
+class DisabledTelemetry:
+    """What start() returns when dpobs is switched off: the user's code runs unchanged."""
+
+    settings = None
+    guard = None
+    endpoint = url = registry = None
+
+    def instrument(self, inner):
+        return inner
+
+    def step(self):
+        return contextlib.nullcontext()
+
+    def codec(self, stage: str):
+        return contextlib.nullcontext()
+
+    def step_metrics(self) -> dict[str, float]:
+        return {}
+
+    def cluster_step_metrics(self, source) -> dict[str, float]:
+        return {}
+
+    def shutdown(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        pass

@@ -72,7 +72,7 @@ def test_explicit_argument_beats_environment(monkeypatch):
     monkeypatch.setenv("DPOBS_VERIFY_TENSOR_HASH", "0")
     s = dpobs.Settings.resolve(role="trainer")
     assert s.role == "trainer" and s.verify_tensor_hash is False
-    with pytest.raises(TypeError, match="unknown dpobs setting"):
+    with pytest.raises(TypeError, match="unexpected keyword argument 'rol'"):
         dpobs.start(rol="typo")
 
 
@@ -115,6 +115,12 @@ def test_step_codec_and_step_metrics(tel, client):
     m2 = tel.step_metrics()
     assert m2["dpobs/op/put/calls"] == 0 and m2["dpobs/op/get/max_latency_s"] == 0
     assert set(m) <= set(m2)  # stable keys
+    # A window with no step: only the documented key (frac_of_step) goes; the rest stay.
+    client.get_samples(list("ab"), "p")
+    m3 = tel.step_metrics()
+    assert set(m) - set(m3) == {"dpobs/frac_of_step"}
+    assert m3["dpobs/steps"] == 0 and m3["dpobs/op/get/calls"] == 1
+    assert not any(k.startswith("dpobs/guard/") for k in m3)  # the guard is off
     s = scrape(tel)
     assert value(s, "dpobs_codec_duration_seconds_count", stage="pack") == 1
     with pytest.raises(ValueError, match="codec stage"):
@@ -160,3 +166,99 @@ def test_mutual_tls_requires_a_client_certificate(certs):
         assert b"target_info" in urllib.request.urlopen(tel.url, context=ctx, timeout=10).read()
     finally:
         tel.shutdown()
+
+
+def test_start_lists_every_setting_and_hides_none():
+    import dataclasses
+    import inspect
+    params = inspect.signature(dpobs.start).parameters
+    assert all(p.kind is not p.VAR_KEYWORD for p in params.values())
+    assert {f.name for f in dataclasses.fields(dpobs.Settings)} <= set(params)
+
+
+@pytest.mark.parametrize("bad,err", [({"port": "9000"}, TypeError), ({"rank": -1}, ValueError),
+                                     ({"rank": True}, TypeError), ({"role": ""}, ValueError),
+                                     ({"verify_tensor_hash": "yes"}, TypeError),
+                                     ({"reconcile_rows": 0}, ValueError)])
+def test_explicit_arguments_are_validated_like_the_environment(bad, err, monkeypatch):
+    monkeypatch.delenv("DPOBS_RANK", raising=False)
+    with pytest.raises(err):
+        dpobs.start(**bad)
+
+
+@pytest.mark.parametrize("env,rank", [({"RANK": "3"}, 3), ({"SLURM_PROCID": "5"}, 5),
+                                      ({"RANK": "3", "SLURM_PROCID": "5"}, 3),
+                                      ({"DPOBS_RANK": "7", "RANK": "3"}, 7)])
+def test_rank_falls_back_to_torchrun_then_slurm(env, rank, monkeypatch):
+    for var in ("DPOBS_RANK", "RANK", "SLURM_PROCID"):
+        monkeypatch.delenv(var, raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    assert dpobs.Settings.resolve().rank == rank
+
+
+@pytest.mark.parametrize("var", ["OTEL_SDK_DISABLED", "DPOBS_DISABLED"])
+def test_off_switch_hands_back_the_inner_client(var, monkeypatch):
+    monkeypatch.setenv(var, "true")
+    tel = dpobs.start(role="off", sd_dir="/nonexistent/never/written")
+    inner = dpobs.InMemoryDataPlane()
+    assert tel.instrument(inner) is inner
+    assert tel.endpoint is None
+    with tel.step():
+        inner.put_samples(["a"], "p", TensorDict({"x": torch.ones(1)}, batch_size=[1]))
+    assert tel.step_metrics() == {} and tel.cluster_step_metrics("/tmp") == {}
+    tel.shutdown()
+    monkeypatch.setenv(var, "maybe")
+    with pytest.raises(ValueError, match=var):
+        dpobs.start()
+
+
+def test_public_names_are_listed_for_tools():
+    assert {"start", "Telemetry", "InMemoryDataPlane", "Settings"} <= set(dir(dpobs))
+
+
+def test_a_push_exporter_plugs_into_the_seam():
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    class Memory:
+        endpoint = None
+
+        def __init__(self):
+            self.reader = InMemoryMetricReader()
+            self.closed = False
+
+        def shutdown(self):
+            self.closed = True
+    exp = Memory()
+    tel = dpobs.start(role="push", exporters=[exp])
+    c = tel.instrument(dpobs.InMemoryDataPlane())
+    c.put_samples(["a", "b"], "p", TensorDict({"x": torch.ones(2, 4)}, batch_size=[2]))
+    data = exp.reader.get_metrics_data()
+    seen = {m.name: m for rm in data.resource_metrics for sm in rm.scope_metrics
+            for m in sm.metrics}
+    assert tel.endpoint is None
+    [point] = seen["dpobs.client.transferred"].data.data_points
+    assert point.value == 32 and dict(point.attributes) == {"op": "put", "direction": "write"}
+    tel.shutdown()
+    assert exp.closed
+
+
+def test_guard_counts_reach_the_step_dict(monkeypatch):
+    monkeypatch.delenv("DPOBS_VERIFY_TENSOR_HASH", raising=False)
+    tel = dpobs.start(role="g", verify_tensor_hash=True)
+    store = dpobs.InMemoryDataPlane()
+    c = tel.instrument(store)
+    ids = ["a", "b", "c"]
+    c.put_samples(ids, "p", TensorDict({"x": torch.arange(12.).reshape(3, 4)}, batch_size=[3]))
+    c.get_samples(ids, "p")
+    m = tel.step_metrics()
+    assert m["dpobs/guard/rows_recorded"] == 3 and m["dpobs/guard/rows_checked"] == 3
+    assert m["dpobs/guard/rows_mismatched"] == 0
+    # Corrupt one stored row behind the client's back: the next step's dict shows it.
+    bad = store.get_samples(["b"], "p", ["x"])
+    store.put_samples(["b"], "p", TensorDict({"x": bad["x"] + 1}, batch_size=[1]))
+    c.get_samples(ids, "p", ["x"])
+    m = tel.step_metrics()
+    assert m["dpobs/guard/rows_mismatched"] == 1 and m["dpobs/guard/rows_checked"] == 3
+    assert m["dpobs/guard/rows_recorded"] == 0 and m["dpobs/guard/failures"] == 0
+    tel.shutdown()
