@@ -262,3 +262,9 @@ def test_guard_counts_reach_the_step_dict(monkeypatch):
     assert m["dpobs/guard/rows_mismatched"] == 1 and m["dpobs/guard/rows_checked"] == 3
     assert m["dpobs/guard/rows_recorded"] == 0 and m["dpobs/guard/failures"] == 0
     tel.shutdown()
+
+
+def test_every_shipped_store_implements_the_protocol():
+    from dpobs_otel.protocol import DataPlane, ShortReads
+    assert isinstance(dpobs.InMemoryDataPlane(), DataPlane)
+    assert not isinstance(dpobs.InMemoryDataPlane(), ShortReads)  # it raises instead
