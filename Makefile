@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	# torch first and pinned: an unpinned resolve pulls a multi-GB CUDA build.
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[test,dashboards,transferqueue,mooncake]'
+	$(BIN)/pip install -q -e '.[test,dashboards,transferqueue,mooncake,instrument]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -1,0 +1,193 @@
+"""Zero code changes: TransferQueueInstrumentor patches `transfer_queue` in place, in this
+process, under `opentelemetry-instrument`, and in a Ray actor configured by environment
+variables alone. Every number is read from a real /metrics endpoint and compared with the
+bytes and counts of what the plain TransferQueue code did.
+"""
+from __future__ import annotations
+
+import asyncio
+import glob
+import inspect
+import json
+import os
+import subprocess
+import sys
+import threading
+import types
+
+import opentelemetry.instrumentation.auto_instrumentation as otel_auto
+import pytest
+import ray
+import torch
+import transfer_queue as tq
+from conftest import scrape, value
+from tensordict import TensorDict
+from tq_harness import LOOPBACK_ENV, call, start, stop
+
+import tq_rollout_actor
+
+import dpobs_otel as dpobs
+from dpobs_otel.adapters.transferqueue_instrumentor import KV_FUNCTIONS, TransferQueueInstrumentor
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OPS = "dpobs_client_operation_duration_seconds_count"
+BYTES = "dpobs_client_transferred_bytes_total"
+KEYS = "dpobs_client_keys_total"
+T = 60
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    handle = start()
+    try:
+        yield handle
+    finally:
+        stop()
+
+
+@pytest.fixture
+def instrumentor():
+    inst = TransferQueueInstrumentor()
+    try:
+        yield inst
+    finally:
+        inst.uninstrument()
+
+
+def test_instrument_is_idempotent_thread_safe_and_undone(instrumentor):
+    originals = {name: getattr(tq, name) for name in KV_FUNCTIONS}
+    assert TransferQueueInstrumentor() is instrumentor  # one per process
+    threads = [threading.Thread(target=instrumentor.instrument) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for name, fn in originals.items():
+        patched = getattr(tq, name)
+        assert patched is not fn and patched.__wrapped__ is fn, name  # wrapped exactly once
+        assert inspect.iscoroutinefunction(patched) == inspect.iscoroutinefunction(fn), name
+    instrumentor.uninstrument()
+    instrumentor.uninstrument()  # a second one is a no-op
+    assert {name: getattr(tq, name) for name in KV_FUNCTIONS} == originals
+
+
+def test_plain_transfer_queue_calls_measured_in_process(cluster, instrumentor, monkeypatch):
+    monkeypatch.delenv("DPOBS_VERIFY_TENSOR_HASH", raising=False)
+    tel = dpobs.start(role="test", rank=0, port=0, verify_tensor_hash=True)
+    try:
+        instrumentor.instrument(telemetry=tel)
+        td = TensorDict({"x": torch.arange(12).reshape(4, 3)}, batch_size=[4])
+        ids = ["i0", "i1", "i2", "i3"]
+        call(tq.kv_batch_put, keys=ids, partition_id="inproc", fields=td, timeout_s=T)
+        got = call(tq.kv_batch_get, keys=ids, partition_id="inproc", timeout_s=T)
+        got2 = call(asyncio.run, tq.async_kv_batch_get(keys=ids[:2], partition_id="inproc",
+                                                        select_fields="x"), timeout_s=T)
+        with pytest.raises(ValueError):
+            call(tq.kv_batch_get, keys=["nobody"], partition_id="inproc", timeout_s=T)
+        call(tq.kv_clear, keys=ids, partition_id="inproc", timeout_s=T)
+        s = scrape(tel)
+    finally:
+        tel.shutdown()
+    assert [r.tolist() for r in got["x"].unbind()] == td["x"].tolist()
+    assert got2["x"].unbind()[1].tolist() == [3, 4, 5]
+    assert value(s, OPS, op="put") == 1 and value(s, KEYS, op="put") == 4
+    assert value(s, BYTES, op="put", direction="write") == 12 * 8
+    assert value(s, OPS, op="get") == 3 and value(s, KEYS, op="get") == 4 + 2  # not the refused
+    assert value(s, BYTES, op="get", direction="read") == 12 * 8 + 6 * 8
+    assert value(s, "dpobs_client_operation_errors_total", op="get", error_type="ValueError") == 1
+    assert value(s, OPS, op="clear") == 1
+    assert value(s, "dpobs_guard_rows_checked_total", field="x") == 4 + 2
+    assert value(s, "dpobs_guard_rows_mismatched_total", field="x") == 0
+
+
+def _endpoint(sd_dir) -> types.SimpleNamespace:
+    """The one /metrics endpoint a process registered in sd_dir (file_sd)."""
+    files = glob.glob(os.path.join(sd_dir, "*.json"))
+    assert len(files) == 1, files
+    with open(files[0]) as f:
+        (group,) = json.load(f)
+    (target,) = group["targets"]
+    return types.SimpleNamespace(endpoint=target, labels=group["labels"])
+
+
+def _zero_code_env(tmp_path, role: str) -> dict:
+    return {**LOOPBACK_ENV, "DPOBS_ROLE": role, "DPOBS_RANK": "3",
+            "DPOBS_SD_DIR": str(tmp_path), "DPOBS_VERIFY_TENSOR_HASH": "1"}
+
+
+_SCRIPT = """
+import sys
+import torch
+import transfer_queue as tq
+from tensordict import TensorDict
+
+sys.path.insert(0, {here!r})
+from tq_harness import attach, detach
+
+attach({address!r})
+try:
+    keys = ["s0", "s1", "s2", "s3"]
+    tq.kv_batch_put(keys=keys, partition_id="launcher",
+                    fields=TensorDict({{"x": torch.arange(12).reshape(4, 3)}}, batch_size=[4]))
+    tq.kv_batch_get(keys=keys, partition_id="launcher")
+    print("done", flush=True)
+    sys.stdin.readline()
+    tq.kv_clear(keys=keys, partition_id="launcher")
+finally:
+    detach()
+"""
+
+
+def test_unmodified_script_under_opentelemetry_instrument(cluster, tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(_SCRIPT.format(here=HERE, address=cluster.ray_address))
+    assert "dpobs" not in script.read_text()
+    sd_dir = tmp_path / "sd"
+    sd_dir.mkdir()
+    launcher = os.path.join(os.path.dirname(sys.executable), "opentelemetry-instrument")
+    env = {**os.environ, **_zero_code_env(sd_dir, "launched")}
+    proc = subprocess.Popen([launcher, sys.executable, str(script)], env=env, text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        out = call(proc.stdout.readline, timeout_s=180)
+        assert out.strip() == "done", proc.stderr.read()[-3000:] if proc.poll() else out
+        at = _endpoint(sd_dir)
+        s = scrape(at)
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+    assert at.labels["role"] == "launched" and at.labels["rank"] == "3"
+    assert value(s, OPS, op="put") == 1 and value(s, KEYS, op="put") == 4
+    assert value(s, BYTES, op="put", direction="write") == 12 * 8
+    assert value(s, OPS, op="get") == 1 and value(s, BYTES, op="get", direction="read") == 96
+    assert value(s, "dpobs_guard_rows_checked_total", field="x") == 4
+
+
+def test_ray_actor_measured_with_environment_variables_only(cluster, tmp_path):
+    assert "dpobs" not in inspect.getsource(tq_rollout_actor)
+    sd_dir = tmp_path / "sd"
+    sd_dir.mkdir()
+    # The whole switch: OpenTelemetry's auto-instrumentation directory on PYTHONPATH (what
+    # opentelemetry-instrument sets), and dpobs's usual settings.
+    env_vars = {**_zero_code_env(sd_dir, "rollout"),
+                "PYTHONPATH": os.pathsep.join([os.path.dirname(otel_auto.__file__), HERE])}
+    actor = ray.remote(num_cpus=0)(tq_rollout_actor.RolloutWorker).options(
+        runtime_env={"env_vars": env_vars}).remote()
+    try:
+        rows = call(ray.get, actor.write_and_read.remote(5), timeout_s=180)
+        assert rows == torch.arange(15).reshape(5, 3).tolist()
+        s = scrape(_endpoint(sd_dir))
+        call(ray.get, actor.close.remote(), timeout_s=T)
+    finally:
+        ray.kill(actor)
+    assert value(s, OPS, op="put") == 1 and value(s, KEYS, op="put") == 5
+    assert value(s, BYTES, op="put", direction="write") == 15 * 8
+    assert value(s, OPS, op="get") == 1 and value(s, BYTES, op="get", direction="read") == 120
+    assert value(s, "dpobs_guard_rows_checked_total", field="x") == 5
+    assert value(s, "dpobs_guard_rows_mismatched_total", field="x") == 0
+    call(tq.kv_clear, keys=[f"a{i}" for i in range(5)], partition_id="actor", timeout_s=T)
