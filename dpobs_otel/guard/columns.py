@@ -2,11 +2,18 @@
 and the walk over a TensorDict's leaves that both hooks use."""
 from __future__ import annotations
 
+import re
 from typing import Any, Iterable
 
 import torch
 
-DIGEST_PREFIX = "__dpobs_digest__:"
+from .reference import VERSION
+
+# The column name carries the fingerprint's version, so a reader never compares digests of
+# another version: version 1 wrote "__dpobs_digest__:<field>", version N >= 2 writes
+# "__dpobs_digest_vN__:<field>". Every version's columns are reserved and stripped.
+DIGEST_PREFIX = f"__dpobs_digest_v{VERSION}__:"
+_ANY_VERSION = re.compile(r"__dpobs_digest(?:_v(\d+))?__:")
 
 # Rows whose digest column holds one of these were not fingerprinted by the writer: the reader
 # counts them unverified. Both lie outside [0, 2^32), where every real digest lies.
@@ -26,10 +33,25 @@ def digest_name(path) -> str:
 
 
 def is_digest_field(name) -> bool:
-    """Is `name` (a str, or a 1-tuple key) one of the guard's reserved digest columns?"""
+    """Is `name` (a str, or a 1-tuple key) a reserved digest column, of any version?"""
     if isinstance(name, tuple):
         return len(name) == 1 and is_digest_field(name[0])
-    return isinstance(name, str) and name.startswith(DIGEST_PREFIX)
+    return isinstance(name, str) and _ANY_VERSION.match(name) is not None
+
+
+def other_version_fields(names) -> set[str]:
+    """The escaped field paths that digest columns of another version than ours name."""
+    out = set()
+    for name in names:
+        m = _ANY_VERSION.match(name) if isinstance(name, str) else None
+        if m is not None and int(m.group(1) or 1) != VERSION:
+            out.add(name[m.end():])
+    return out
+
+
+def field_key(path) -> str:
+    """A field path as digest column names spell it (after the prefix)."""
+    return digest_name(path)[len(DIGEST_PREFIX):]
 
 
 def strip_digests(td):

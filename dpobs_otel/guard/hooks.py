@@ -29,8 +29,9 @@ from typing import Callable
 import torch
 
 from .. import names
-from .columns import (NONTENSOR_SENTINEL, UNRECORDED_SENTINEL, digest_name, is_digest_field,
-                      is_non_tensor, is_tensordict, label, leaves, strip_digests)
+from .columns import (NONTENSOR_SENTINEL, UNRECORDED_SENTINEL, digest_name, field_key,
+                      is_digest_field, is_non_tensor, is_tensordict, label, leaves,
+                      other_version_fields, strip_digests)
 from .counts import GuardCounts
 from .fingerprint import UnsupportedField, field_digests, id_salts
 
@@ -181,6 +182,7 @@ class WireGuard:
         if n == 0:
             return
         top_digests = {k for k in result.keys() if is_digest_field(k)}
+        other_versions = other_version_fields(top_digests)
         selected = None
         if select_fields is not None:
             selected = {f if isinstance(f, tuple) else (f,) for f in select_fields}
@@ -192,8 +194,8 @@ class WireGuard:
             if is_non_tensor(value) or not isinstance(value, torch.Tensor):
                 self._skip("non_tensor")
                 continue
-            reason = self._why_unverifiable(path, top_digests, selected, digests_present,
-                                            salts, result, n)
+            reason = self._why_unverifiable(path, top_digests, other_versions, selected,
+                                            digests_present, salts, result, n)
             if reason is not None:
                 if reason:
                     self._skip(reason)
@@ -204,7 +206,8 @@ class WireGuard:
         self._summarise(tally, partition_id)
 
     @staticmethod
-    def _why_unverifiable(path, top_digests, selected, digests_present, salts, result, n):
+    def _why_unverifiable(path, top_digests, other_versions, selected, digests_present, salts,
+                          result, n):
         """None if the field can be checked; else the skip reason ("" for none) for counting
         its rows unverified."""
         if not digests_present:
@@ -213,7 +216,8 @@ class WireGuard:
             return "partial_selection"  # reached through a selector we added no digest for
         dname = digest_name(path)
         if dname not in top_digests:
-            return ""
+            # a digest of another fingerprint version is never compared: unverified, not wrong
+            return "digest_version" if field_key(path) in other_versions else ""
         stored = result.get(dname)
         if (not isinstance(stored, torch.Tensor) or stored.is_nested
                 or tuple(stored.shape) != (n,) or stored.dtype != torch.int64):

@@ -61,7 +61,8 @@ def mismatch_records(caplog) -> list[tuple[str, str, int]]:
 
 N = 8
 IDS = [f"s{i}" for i in range(N)]
-TENSOR_FIELDS = ["fp32", "bf16", "fp8", "mask", "ids64", "tok", "adv", "shaped"]
+TENSOR_FIELDS = ["fp32", "bf16", "fp8", "mask", "ids64", "tok", "adv", "shaped", "odd32", "odd16",
+                 "pm1"]
 
 
 def batch(seed=0) -> TensorDict:
@@ -77,6 +78,9 @@ def batch(seed=0) -> TensorDict:
         # GRPO advantages: one scalar repeated over an even number of tokens
         "adv": torch.randn(N, 1, generator=g).expand(N, 8).contiguous(),
         "shaped": torch.randn(N, 4, 8, generator=g),
+        "odd32": torch.randn(N, 5, generator=g),  # odd-length rows, fp32 and bf16
+        "odd16": torch.randn(N, 7, generator=g).to(torch.bfloat16),
+        "pm1": torch.where(torch.rand(N, 8, generator=g) > 0.5, 1.0, -1.0),  # +-1 advantages
         "meta": NonTensorStack(*[f"prompt {i}" for i in range(N)]),
     }, batch_size=[N])
 
@@ -145,7 +149,22 @@ MATRIX = {
                                         {("tok", "s3")}),
     "even-length constant row zeroed": (lambda r: r["s4"].__setitem__(("adv",), torch.zeros(8)),
                                         {("adv", "s4")}),
+    "fp32 row negated, even length": (lambda r: _negate(r, "s2", "fp32"), {("fp32", "s2")}),
+    "fp32 row negated, odd length": (lambda r: _negate(r, "s5", "odd32"), {("odd32", "s5")}),
+    "bf16 row negated, even length": (lambda r: _negate(r, "s1", "bf16"), {("bf16", "s1")}),
+    "bf16 row negated, odd length": (lambda r: _negate(r, "s6", "odd16"), {("odd16", "s6")}),
+    "constant row negated": (lambda r: _negate(r, "s0", "adv"), {("adv", "s0")}),
+    "two sign bits flipped in one row": (
+        lambda r: r["s7"].__setitem__(("fp32",), r["s7"][("fp32",)] * torch.tensor(
+            [1.0, -1, 1, 1, -1, 1])), {("fp32", "s7")}),
+    "+-1.0 changed only in exponent bits": (
+        lambda r: r["s3"].__setitem__(("pm1",), r["s3"][("pm1",)] * torch.tensor(
+            [1.0, 1, 2, 1, 1, 0.5, 1, 1])), {("pm1", "s3")}),
 }
+
+
+def _negate(rows, sid, field):
+    rows[sid][(field,)] = -rows[sid][(field,)]
 
 
 @pytest.mark.parametrize("mode", list(MATRIX))
@@ -175,6 +194,12 @@ def test_corruption_matrix(guarded, caplog, mode):
     assert by_field(m, "dpobs_guard_rows_checked_total") == {f: N for f in TENSOR_FIELDS}
     assert total(m, "dpobs_guard_rows_unverified_total") == 0
     assert total(m, "dpobs_guard_failures_total") == 0
+    # totals() (what per-step loggers read) says what the scrape says
+    t = tel.guard.totals()
+    assert {f: v for f, v in t["mismatched"].items() if v} == want
+    assert t["checked"] == {f: N for f in TENSOR_FIELDS}
+    assert t["recorded"] == {f: N for f in TENSOR_FIELDS}
+    assert t["skipped"] == {"non_tensor": 1 + len(out)} and t["unverified"] == {} and t["failures"] == {}
 
 
 def test_matrix_modes_an_xor_fold_misses():
@@ -509,3 +534,27 @@ def test_mismatched_series_exists_at_zero_once_a_field_is_checked():
         assert value(samples, "dpobs_guard_rows_checked_total", field="x") == 2
     finally:
         tel.shutdown()
+
+
+# --------------------------------------------------------------------------- versions
+
+
+def _v1_written(store, part):
+    """Rows as a version-1 writer left them: its column names, 64-bit digests."""
+    td = batch().select("fp32", "tok")
+    g = torch.Generator().manual_seed(9)
+    for f in ("fp32", "tok"):
+        td.set("__dpobs_digest__:" + f, torch.randint(0, 1 << 62, (N,), generator=g))
+    store.put_samples(IDS, part, td)
+
+
+def test_digest_of_another_version_is_unverified_never_mismatched(guarded):
+    tel, client, store = guarded
+    _v1_written(store, "old")
+    out = client.get_samples(IDS, "old")  # a full read: the old columns come back
+    assert set(out.keys()) == {"fp32", "tok"}  # stripped, whatever their version
+    m = metrics(tel)
+    assert by_field(m, "dpobs_guard_rows_unverified_total") == {"fp32": N, "tok": N}
+    assert total(m, "dpobs_guard_fields_skipped_total", reason="digest_version") == 2
+    assert total(m, "dpobs_guard_rows_mismatched_total") == 0
+    assert total(m, "dpobs_guard_rows_checked_total") == 0

@@ -1,0 +1,249 @@
+"""The fingerprint's kernels: A = sum_j mix(w_j) * R^j mod 2^32 for every row at once, over an
+(N, m) word matrix or a flat word buffer with row offsets, in int32 ops only.
+
+int32 multiplies, sums and cumsums wrap mod 2^32 on every backend, which is the arithmetic
+reference.py specifies; no unsigned tensor is ever created, so the same code runs on CUDA.
+
+CPU chunks. Each op works on at most CPU_CHUNK_WORDS words, just under torch's parallel grain
+size (32768 elements), so it runs on the thread that called it: no OpenMP barrier to stall on
+when the machine is busy (measured here: one 32768-word chunk loop that goes parallel on a
+loaded 2-core box took 200 ms instead of 12). Up to `_workers()` Python threads share the
+chunks instead; torch releases the GIL inside every op. Accelerators take a field in one
+chunk, with no host sync.
+"""
+from __future__ import annotations
+
+import itertools
+import threading
+
+import torch
+
+from .reference import MIX_SHIFT, R, R_INV, s32
+
+BLOCK = 64  # words per block of the flat path's prefix sums
+CPU_CHUNK_WORDS = 511 * BLOCK  # 32704: under the grain size, a whole number of blocks
+MAX_WORKERS = 4
+GATHER_ROWS = 64  # positions per gather on the CPU: indexing goes parallel at a smaller size
+_LOW = 1 << 15  # positions split into 15-bit halves for the two-level power tables
+_LOW_MASK = _LOW - 1
+# An arithmetic shift then this mask is a logical shift. Both as 0-dim int32 tensors: a Python
+# scalar is wrapped into a tensor on every call, which costs more than the op on a chunk.
+_SHIFT = torch.tensor(MIX_SHIFT, dtype=torch.int32)
+_MIX_MASK = torch.tensor((1 << (32 - MIX_SHIFT)) - 1, dtype=torch.int32)
+
+
+class _Powers:
+    """Per device: R^i for i below the longest row or chunk seen (grown by doubling), and
+    two-level tables that give R^p and R^-p for any position p as lo[p & 0x7fff] *
+    hi[(p >> 15) & 0x7fff] (R has order 2^30 mod 2^32, so positions wrap there)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._first: dict[str, torch.Tensor] = {}
+        self._two_level: dict[str, tuple] = {}
+
+    @staticmethod
+    def _build(base: int, n: int, device) -> torch.Tensor:
+        t = torch.empty(n, dtype=torch.int32, device=device)
+        t[0] = 1
+        filled = 1
+        while filled < n:
+            k = min(filled, n - filled)
+            torch.mul(t[:k], s32(pow(base, filled, 1 << 32)), out=t[filled:filled + k])
+            filled += k
+        return t
+
+    def table(self, base: int, n: int, device) -> torch.Tensor:
+        """base^0 .. base^(n-1) as int32, built afresh (for short tables)."""
+        return self._build(base, n, device)
+
+    def first(self, n: int, device) -> torch.Tensor:
+        """R^0 .. R^(n-1) as int32."""
+        key = str(device)
+        cur = self._first.get(key)
+        if cur is None or cur.numel() < n:
+            with self._lock:
+                cur = self._first.get(key)
+                if cur is None or cur.numel() < n:
+                    size = max(1024, 1 << max(0, n - 1).bit_length())
+                    cur = self._first[key] = self._build(R, size, device)
+        return cur[:n]
+
+    def at(self, positions: torch.Tensor, inverse: bool = False) -> torch.Tensor:
+        """R^p (or R^-p) for an int64 tensor of positions p >= 0, as int32."""
+        key = str(positions.device)
+        tables = self._two_level.get(key)
+        if tables is None:
+            with self._lock:
+                tables = self._two_level.get(key)
+                if tables is None:
+                    tables = self._two_level[key] = tuple(
+                        self._build(pow(b, step, 1 << 32), _LOW, positions.device)
+                        for b in (R, R_INV) for step in (1, _LOW))
+        lo, hi = tables[2:] if inverse else tables[:2]
+        low = torch.bitwise_and(positions, _LOW_MASK)
+        high = torch.bitwise_right_shift(positions, 15).bitwise_and_(_LOW_MASK)
+        return torch.index_select(lo, 0, low) * torch.index_select(hi, 0, high)
+
+
+POWERS = _Powers()
+
+
+def mix_into(w: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """out = w xor (w >>> 16) for int32 w (out must not alias w)."""
+    torch.bitwise_right_shift(w, _SHIFT, out=out)
+    out.bitwise_and_(_MIX_MASK)
+    return out.bitwise_xor_(w)
+
+
+def one_chunk(device) -> bool:
+    """Accelerators take a whole field in one chunk: no host sync, few kernel launches."""
+    return torch.device(device).type != "cpu"
+
+
+def _workers(n_chunks: int) -> int:
+    """Threads for n_chunks CPU chunks: torch's intra-op thread count (so `--threads 1` or
+    torch.set_num_threads(1) keeps it on one core), at most MAX_WORKERS, >= 4 chunks each."""
+    return max(1, min(torch.get_num_threads(), MAX_WORKERS, n_chunks // 4))
+
+
+def _run_chunks(body, n_chunks: int, make_scratch) -> None:
+    """body(i, scratch) for every chunk i, each exactly once, in any order, each thread with
+    its own `make_scratch()`. Helpers are short-lived (fork-safe: nothing persists between
+    calls) and pull chunk indices from one shared counter, so a helper the OS has
+    descheduled delays nobody: the others take its chunks."""
+    workers = _workers(n_chunks)
+    if workers <= 1:
+        scratch = make_scratch()
+        for i in range(n_chunks):
+            body(i, scratch)
+        return
+    counter = itertools.count()  # next() on it is atomic under the GIL
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            scratch = make_scratch()
+            for i in counter:
+                if i >= n_chunks or errors:
+                    return
+                body(i, scratch)
+        except BaseException as e:  # re-raised in the caller
+            errors.append(e)
+
+    helpers = [threading.Thread(target=work, name="dpobs-fingerprint", daemon=True)
+               for _ in range(workers - 1)]
+    for t in helpers:
+        t.start()
+    work()
+    for t in helpers:
+        t.join()
+    if errors:
+        raise errors[0]
+
+
+def sums_dense(words: torch.Tensor) -> torch.Tensor:
+    """A for every row of an (N, m) int32 word matrix, as int32. Rows longer than a CPU chunk
+    go through the flat path (whose chunks need not align with rows)."""
+    n, m = words.shape
+    dev = words.device
+    if n == 0 or m == 0:
+        return torch.zeros(n, dtype=torch.int32, device=dev)
+    if m > CPU_CHUNK_WORDS and not one_chunk(dev):
+        offsets = torch.arange(n + 1, dtype=torch.int64) * m
+        return sums_flat(words.reshape(-1), offsets)
+    out = torch.empty(n, dtype=torch.int32, device=dev)
+    weights = POWERS.first(m, dev)
+    step = n if one_chunk(dev) else max(1, CPU_CHUNK_WORDS // m)
+    w_parts, o_parts = words.split(step), out.split(step)  # views made in one call each
+
+    def body(c: int, buf: torch.Tensor) -> None:
+        w = w_parts[c]
+        y = mix_into(w, buf[:w.shape[0]]).mul_(weights)
+        torch.sum(y, 1, dtype=torch.int32, out=o_parts[c])
+
+    _run_chunks(body, len(w_parts),
+                lambda: torch.empty((min(step, n), m), dtype=torch.int32, device=dev))
+    return out
+
+
+def _block_prefix(words: torch.Tensor) -> torch.Tensor:
+    """P[b] = sum over the words before block b of mix(w_j) R^j (int32, one entry per block
+    boundary). Each block is first weighted from its own start (R^0..R^63, a table that stays
+    in L1), then every block sum is moved to its position by R^(64 b), then one cumsum."""
+    k = words.numel()
+    dev = words.device
+    nb = (k + BLOCK - 1) // BLOCK
+    if k == 0:
+        return torch.zeros(1, dtype=torch.int32, device=dev)
+    chunk = nb * BLOCK if one_chunk(dev) else CPU_CHUNK_WORDS
+    n_chunks = -(-k // chunk)
+    # Every block is written below (the CPU's last chunk is zero-padded to whole chunks of
+    # blocks, so the rebase is two broadcasts): no zero fill, which would be one parallel op.
+    prefix = torch.empty(n_chunks * (chunk // BLOCK) + 1, dtype=torch.int32, device=dev)
+    prefix[0] = 0
+    blocks = prefix[1:]
+    weights = POWERS.first(BLOCK, dev)
+    w_parts, b_parts = words.split(chunk), blocks.split(chunk // BLOCK)
+
+    def body(c: int, buf: torch.Tensor) -> None:
+        w = w_parts[c]
+        length = w.numel()
+        padded = buf.numel()  # the last chunk is zero-padded to a whole chunk of blocks
+        y = buf[:padded]
+        mix_into(w, y[:length])
+        if padded > length:
+            y[length:] = 0
+        y = y.view(-1, BLOCK).mul_(weights)
+        torch.sum(y, 1, dtype=torch.int32, out=b_parts[c])
+
+    _run_chunks(body, len(w_parts), lambda: torch.empty(chunk, dtype=torch.int32, device=dev))
+    if one_chunk(dev):
+        blocks.mul_(POWERS.at(torch.arange(nb, device=dev) * BLOCK))
+    else:  # block i of chunk c sits at c*chunk + 64 i: R^(64 i) (a table) * R^(c*chunk)
+        per = chunk // BLOCK
+        grid = blocks.view(n_chunks, per)
+        inner = POWERS.table(pow(R, BLOCK, 1 << 32), per, dev)
+        outer = POWERS.table(pow(R, chunk, 1 << 32), n_chunks, dev)[:, None]
+        rows = max(1, CPU_CHUNK_WORDS // per)  # each op under the grain size, as above
+        for r0 in range(0, n_chunks, rows):
+            grid[r0:r0 + rows].mul_(inner).mul_(outer[r0:r0 + rows])
+    torch.cumsum(blocks, 0, dtype=torch.int32, out=blocks)
+    return prefix
+
+
+def _prefix_at(words: torch.Tensor, prefix: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """T(p) = sum_{j < p} mix(w_j) R^j at the positions p (int64): the block prefix plus the
+    words from p's block start up to p, gathered (CPU: for a chunk of positions at a time)."""
+    step = GATHER_ROWS
+    if one_chunk(p.device) or p.numel() <= step:
+        return _prefix_at_once(words, prefix, p)
+    return torch.cat([_prefix_at_once(words, prefix, q) for q in p.split(step)])
+
+
+def _prefix_at_once(words, prefix, p):
+    block = torch.div(p, BLOCK, rounding_mode="floor")
+    start = block * BLOCK
+    t = torch.arange(BLOCK, device=p.device)
+    keep = t < (p - start)[:, None]
+    idx = torch.where(keep, start[:, None] + t, 0)
+    if words.numel():  # index_select: getitem with a tensor index costs O(len(words))
+        g = torch.index_select(words, 0, idx.reshape(-1)).view(idx.shape)
+    else:
+        g = torch.zeros(idx.shape, dtype=torch.int32, device=p.device)
+    y = mix_into(g, torch.empty_like(g)).mul_(POWERS.first(BLOCK, p.device))
+    y = torch.where(keep, y, 0)
+    return (torch.index_select(prefix, 0, block)
+            + torch.sum(y, 1, dtype=torch.int32) * POWERS.at(start))
+
+
+def sums_flat(words: torch.Tensor, woff: torch.Tensor) -> torch.Tensor:
+    """A for every row of a flat int32 word buffer; row r is words[woff[r]:woff[r+1]]:
+    T(end) - T(start), rebased to position 0 by R^(-start)."""
+    n = woff.numel() - 1
+    dev = words.device
+    if n <= 0:
+        return torch.zeros(max(n, 0), dtype=torch.int32, device=dev)
+    woff = woff.to(device=dev, dtype=torch.int64)
+    t = _prefix_at(words, _block_prefix(words), woff)
+    return (t[1:] - t[:-1]) * POWERS.at(woff[:-1], inverse=True)
