@@ -3,6 +3,11 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# Wheels the suite installs offline into a fresh virtualenv (tests/test_wheel.py): fetched
+# here, with the network, since the suite runs without one.
+WHEELS := .wheels
+WHEEL_STAMP := $(WHEELS)/.downloaded
+WHEEL_EXTRAS := dashboards,instrument
 
 .PHONY: demo test install dashboards kubernetes bench clean
 
@@ -14,7 +19,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[test,dashboards,transferqueue,mooncake,instrument]'
 	touch $(STAMP)
 
-install: $(STAMP)
+$(WHEEL_STAMP): pyproject.toml $(STAMP)
+	$(BIN)/pip download -q -d $(WHEELS) torch==2.13.0 '.[$(WHEEL_EXTRAS)]'
+	touch $(WHEEL_STAMP)
+
+install: $(STAMP) $(WHEEL_STAMP)
 
 demo: $(STAMP)
 	$(BIN)/dpobs demo
@@ -25,7 +34,7 @@ demo: $(STAMP)
 # outside: $(STAMP) is built before the recipe, with the network.
 LOOPBACK_ONLY := unshare --net sh -c 'ip link set lo up && exec "$$0" "$$@"'
 
-test: $(STAMP)
+test: $(STAMP) $(WHEEL_STAMP)
 	@rc=0; \
 	if [ "$$(id -u)" = 0 ] && command -v ip >/dev/null && unshare --net true 2>/dev/null; then \
 	  echo "make test: running inside a loopback-only network namespace (unshare --net)"; \
@@ -49,4 +58,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/guard.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(WHEELS) build *.egg-info
