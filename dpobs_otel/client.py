@@ -122,7 +122,7 @@ class InstrumentedClient:
     def _read(self, op, fn, sample_ids, partition_id, select_fields, kwargs):
         t0 = perf_counter()
         guard = self._guard
-        select, added = select_fields, False
+        select, added, mixed = select_fields, False, False
         if guard is not None:
             select = self._guarded(guard.before_get, select_fields, select_fields)
             added = select != select_fields  # digest columns were asked for by name
@@ -134,8 +134,8 @@ class InstrumentedClient:
                 if not added:
                     raise
                 # Some rows carry no digest (written without the guard): read what the
-                # caller asked for; the guard counts those rows unverified.
-                added = False
+                # caller asked for; the guard then fetches the digests the other rows have.
+                mixed = True
                 result = fn(sample_ids, partition_id, select_fields, **kwargs)
         except BaseException as exc:
             self._failed(op, exc, perf_counter() - t1)
@@ -144,6 +144,11 @@ class InstrumentedClient:
         ids = sample_ids
         if self._returned_ids is not None:
             ids = self._aligned_ids(sample_ids, partition_id, result)
+        if mixed:  # the guard's digest-only reads are billed to component=guard
+            result = self._guarded(
+                guard.recover_digests, result,
+                lambda rows, cols: fn(rows, partition_id, cols, **kwargs),
+                ids, select_fields, result)
         if guard is not None:
             result = self._guarded(guard.after_get, None, ids, partition_id, result,
                                    select_fields, added or select_fields is None,

@@ -34,6 +34,7 @@ from .columns import (NONTENSOR_SENTINEL, UNRECORDED_SENTINEL, digest_name, fiel
                       other_version_fields, strip_digests)
 from .counts import GuardCounts
 from .fingerprint import UnsupportedField, field_digests, id_salts
+from .recover import recover_digests
 
 log = logging.getLogger("dpobs_otel.guard")
 
@@ -123,6 +124,17 @@ class WireGuard:
             self._fail(exc)
         try:
             return strip_digests(result)
+        except Exception as exc:
+            self._fail(exc)
+            return result
+
+    def recover_digests(self, read, sample_ids: list[str], select_fields, result):
+        """A select the store refused with the digest columns (KeyError: some rows lack them)
+        and the core re-read without: `result` with the digest columns of the rows that have
+        them, found by reading just those columns (`read(ids, columns)`, see recover.py), so
+        after_get checks those rows and counts only the others unverified. Never raises."""
+        try:
+            return recover_digests(read, sample_ids, select_fields, result)[0]
         except Exception as exc:
             self._fail(exc)
             return result

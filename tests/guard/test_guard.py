@@ -343,14 +343,41 @@ def test_rows_without_digests_count_unverified_never_clean(guarded):
     assert total(m, "dpobs_guard_rows_mismatched_total") == 0
 
 
-def test_half_written_without_guard_whole_read_unverified(guarded):
+def test_mixed_read_checks_the_digested_rows_and_counts_only_the_others(guarded, caplog):
     tel, client, store = guarded
+    caplog.set_level(logging.INFO, logger=GUARD_LOG)
     client.put_samples(IDS[:4], "mix", batch()[:4].exclude("tok"))
-    store.put_samples(IDS[4:], "mix", batch()[4:].exclude("tok"))
-    client.get_samples(IDS, "mix", ["fp32"])
+    store.put_samples(IDS[4:], "mix", batch()[4:].exclude("tok"))  # around the guard
+    store._rows["mix"]["s1"][("fp32",)] = store._rows["mix"]["s1"][("fp32",)] + 1
+    out = client.get_samples(IDS, "mix", ["fp32", "bf16"])  # KeyError: s4..s7 lack digests
+    assert set(out.keys()) == {"fp32", "bf16"}
+    assert torch.equal(out["bf16"], batch()["bf16"])
+    m = metrics(tel)
+    assert by_field(m, "dpobs_guard_rows_checked_total") == {"fp32": 4, "bf16": 4}
+    assert by_field(m, "dpobs_guard_rows_unverified_total") == {"fp32": 4, "bf16": 4}
+    assert by_field(m, "dpobs_guard_rows_mismatched_total") == {"fp32": 1}
+    assert [(f, sid) for f, sid, _ in mismatch_records(caplog)] == [("fp32", "s1")]
+    # Interleaved so that both halves of the read lack some digests: the search stops at a
+    # level where every digest read failed, and those rows count unverified, not clean.
+    order = [IDS[i] for i in (4, 0, 5, 2, 6, 3, 7)]
+    client.get_samples(order, "mix", ["bf16"])
+    t = tel.guard.totals()
+    assert t["checked"]["bf16"] == 4 and t["unverified"]["bf16"] == 4 + len(order)
+    # In runs, the halving isolates them: s0 s1 s2 | s3 s4 s5 -> s3 | s4 s5 -> s4 | s5
+    client.get_samples(IDS[:6], "mix", ["bf16"])
+    t = tel.guard.totals()
+    assert t["checked"]["bf16"] == 8 and t["unverified"]["bf16"] == 4 + len(order) + 2
+    assert t["mismatched"]["bf16"] == 0 and t["failures"] == {}
+
+
+def test_select_of_rows_with_another_versions_digests(guarded):
+    tel, client, store = guarded
+    _v1_written(store, "old")
+    out = client.get_samples(IDS, "old", ["fp32"])
+    assert set(out.keys()) == {"fp32"}
     m = metrics(tel)
     assert by_field(m, "dpobs_guard_rows_unverified_total") == {"fp32": N}
-    assert total(m, "dpobs_guard_rows_checked_total") == 0
+    assert total(m, "dpobs_guard_rows_mismatched_total") == 0
 
 
 def test_field_subset_and_delta_write(guarded):
