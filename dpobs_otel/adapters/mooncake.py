@@ -9,7 +9,7 @@
 `MooncakeDataPlane` keeps the data-plane protocol on Mooncake's keys (`ns` = namespace,
 every name part escaped so "/" and "." cannot collide):
 
-    {ns}/{partition}                 the partition's index: {sample id: [field paths]}
+    {ns}/{partition}/.slot/{i}       which ids each writer put and cleared (mooncake_index)
     {ns}/{partition}/{sid}           the row's manifest: its fields' kinds, in order, and tags
     {ns}/{partition}/{sid}/{field}   one value per row and field: a tensor (put_tensor), or
                                      a pickled non-tensor value (bytes)
@@ -19,30 +19,27 @@ for tensors, one for other values), so select_fields moves only what it names. A
 into existing manifests, so a delta write adds fields to rows another process wrote; the
 guard's digest columns are int64 fields like any other and travel with the rows.
 
-Mooncake has no key listing and no compare-and-swap: the index is read-modified-written
-under a process-local lock and read back to confirm (retried on a lost update). Two
-processes updating one partition's index at the same instant can still lose an entry of the
-listing (list_sample_ids, clear of the whole partition); reads by id never depend on it.
+Mooncake has no key listing, and two clients upserting one key at once can lose it, so no
+key is written by two processes on purpose: the listing lives in per-writer slots
+(mooncake_index), manifests and values are per row. Two processes writing the same row at
+the same instant is the one race left (docs/mooncake.md).
 """
 from __future__ import annotations
 
-import logging
 import pickle
-import threading
 
 import msgpack
 import torch
 from tensordict import TensorDict
 
 from ..stores.memory import _assemble, _check_ids, _selected_keys, _split_columns
+from .mooncake_index import PartitionIndex
 from .mooncake_leases import DeferredRemovals
 from .mooncake_store import (HAS_LEASE, NOT_FOUND, InstrumentedMooncakeStore, MooncakeError,
                              instrument_store)
 
 __all__ = ["MooncakeDataPlane", "MooncakeError", "InstrumentedMooncakeStore",
            "instrument_store"]
-
-log = logging.getLogger("dpobs_otel.adapters.mooncake")
 
 # Kinds of a stored value, as the manifest records them.
 TENSOR, SCALAR, OBJECT, RAW = 0, 1, 2, 3  # RAW: [3, dtype, shape], bytes in a uint8 tensor
@@ -51,7 +48,6 @@ NATIVE_DTYPES = frozenset({torch.float32, torch.float64, torch.float16, torch.bf
                            torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8,
                            torch.bool, torch.float8_e4m3fn, torch.float8_e5m2})
 TOMBSTONE = msgpack.packb(None)  # a cleared row whose manifest is still leased
-INDEX_TRIES = 5
 
 
 def _esc(part: str) -> str:
@@ -98,7 +94,7 @@ class MooncakeDataPlane:
     def __init__(self, store, *, namespace: str = "dpobs", lease_s: float = 10.0):
         self._s = store
         self._ns = _esc(namespace)
-        self._index_lock = threading.Lock()
+        self._index = PartitionIndex(store, self._ns, _check)
         self._claimed: dict[tuple[str, str], set[str]] = {}
         self._deferred = DeferredRemovals(store.batch_remove, lease_s)
 
@@ -123,15 +119,12 @@ class MooncakeDataPlane:
         self._deferred.close()
 
     # -- keys -------------------------------------------------------------------------
-    def _index_key(self, pid: str) -> str:
-        return f"{self._ns}/{_esc(pid)}"
-
     def _row_key(self, pid: str, sid: str) -> str:
         return f"{self._ns}/{_esc(pid)}/{_esc(sid)}"
 
     # -- the protocol -----------------------------------------------------------------
     def register_partition(self, partition_id: str, **_meta) -> None:
-        self._index_rmw(partition_id, lambda idx: (None, lambda after: True), create=True)
+        self._index.register(_esc(partition_id))
 
     def put_samples(self, sample_ids, partition_id, fields=None, tags=None) -> None:
         ids = _check_ids(sample_ids)
@@ -164,7 +157,8 @@ class MooncakeDataPlane:
         if object_keys:
             _check(self._s.upsert_batch(object_keys, objects), object_keys)
         _check(self._s.upsert_batch(row_keys, manifests), row_keys)
-        self._index_add(partition_id, ids, rows)
+        self._index.add(_esc(partition_id), {sid: [list(p) for p in row]
+                                             for sid, row in zip(ids, rows)})
 
     def get_samples(self, sample_ids, partition_id, select_fields=None) -> TensorDict:
         ids = _check_ids(sample_ids)
@@ -201,7 +195,7 @@ class MooncakeDataPlane:
 
     def clear_samples(self, sample_ids, partition_id) -> None:
         ids = None if sample_ids is None else _check_ids(sample_ids)
-        removed = self._index_drop(partition_id, ids)
+        removed = self._index.drop(_esc(partition_id), ids)
         row_keys = [self._row_key(partition_id, sid) for sid in removed]
         keys = list(row_keys)
         for base, paths in zip(row_keys, removed.values()):
@@ -223,7 +217,7 @@ class MooncakeDataPlane:
                                               f"({len(failed)} keys failed)")
 
     def list_sample_ids(self, partition_id) -> list[str]:
-        return list(self._read_index(partition_id))
+        return list(self._index.live(_esc(partition_id)))
 
     def claim_meta(self, partition_id, count, consumer="default") -> list[str]:
         """Up to `count` ids this consumer has not claimed yet, oldest first. The claims are
@@ -268,47 +262,6 @@ class MooncakeDataPlane:
             values.update((k, v or None) for k, v in
                           zip(object_keys, self._s.get_batch(object_keys)))
         return values
-
-    def _read_index(self, pid) -> dict:
-        blob = self._s.get(self._index_key(pid))
-        if not blob:
-            raise KeyError(f"partition {pid!r} does not exist")
-        return msgpack.unpackb(blob, use_list=True)
-
-    def _index_add(self, pid, ids, rows) -> None:
-        def add(idx):
-            for sid, row in zip(ids, rows):
-                idx[sid] = [list(p) for p in row]
-            return None, lambda after: all(sid in after for sid in ids)
-        self._index_rmw(pid, add, create=True)
-
-    def _index_drop(self, pid, ids) -> dict:
-        def drop(idx):
-            gone = list(idx) if ids is None else ids
-            missing = [sid for sid in gone if sid not in idx]
-            if missing:
-                raise KeyError(f"sample id {missing[0]!r} not in partition {pid!r}")
-            removed = {sid: idx.pop(sid) for sid in gone}
-            return removed, lambda after: not any(sid in after for sid in removed)
-        return self._index_rmw(pid, drop, create=False)
-
-    def _index_rmw(self, pid, mutate, create):
-        """Read, mutate, write and read back the partition index: without compare-and-swap,
-        the read-back is how a concurrent writer's overwrite is noticed (and redone)."""
-        key = self._index_key(pid)
-        with self._index_lock:
-            for _ in range(INDEX_TRIES):
-                blob = self._s.get(key)
-                if not blob and not create:
-                    raise KeyError(f"partition {pid!r} does not exist")
-                idx = msgpack.unpackb(blob, use_list=True) if blob else {}
-                result, landed = mutate(idx)
-                _check(self._s.upsert(key, msgpack.packb(idx)), [key])
-                if landed(msgpack.unpackb(self._s.get(key) or b"\x80", use_list=True)):
-                    return result
-            log.warning("dpobs mooncake: index of partition %r kept changing under "
-                        "concurrent writers; the listing may miss an update", pid)
-            return result
 
 
 def _check(codes, keys) -> None:

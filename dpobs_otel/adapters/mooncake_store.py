@@ -36,7 +36,8 @@ RAW_PARTITION = ""
 RAW_FIELD = "value"
 NOT_FOUND = -704  # ErrorCode::OBJECT_NOT_FOUND
 HAS_LEASE = -706  # ErrorCode::OBJECT_HAS_LEASE
-_NAMES = {-1: "INTERNAL_ERROR", -600: "INVALID_PARAMS", -704: "OBJECT_NOT_FOUND",
+_NAMES = {-1: "INTERNAL_ERROR", -600: "INVALID_PARAMS", -601: "ILLEGAL_CLIENT",
+          -704: "OBJECT_NOT_FOUND",
           -705: "OBJECT_ALREADY_EXISTS", -706: "OBJECT_HAS_LEASE", -800: "TRANSFER_FAIL",
           -900: "RPC_FAIL"}
 
@@ -51,8 +52,12 @@ class MooncakeError(RuntimeError):
 
     def __init__(self, code: int, what: str = ""):
         self.code = code
+        self.what = what
         name = _NAMES.get(code, "error")
         super().__init__(f"Mooncake {name} ({code}){': ' + what if what else ''}")
+
+    def __reduce__(self):  # picklable (to a parent process) with its code, not its text
+        return type(self), (self.code, self.what)
 
 
 _NBYTES = attrgetter("nbytes")

@@ -5,6 +5,7 @@ which `make` does); an installed wheel that fails to import (e.g. libibverbs1 mi
 fails here instead."""
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import itertools
 import json
@@ -252,7 +253,10 @@ def test_put_read_clear_loop_does_not_leak_leased_rows(dp, master):
     assert min(pending_seen) > 0  # the lease really was met
     assert dp.flush_clears(timeout=10 * master.lease_s + 5)
     assert dp.pending_clears == 0 and dp._deferred.removed > 0
-    assert ns_keys() == [f"{dp._ns}/loop"]  # only the (empty) index is left
+    slot = f"{dp._ns}/loop/.slot/0"
+    assert sorted(ns_keys()) == [slot, f"{slot}/0", f"{slot}/1"]  # only the listing is left
+    (_, content), = dp._index._scan("loop")
+    assert content["a"] == {} and content["d"] == {}  # and it is compacted
 
 
 def test_a_row_put_again_survives_its_earlier_deferred_removal(dp, master):
@@ -376,6 +380,32 @@ def _plane(addr):
     return _WORKER["plane"]
 
 
+def _setup(addr) -> None:
+    _plane(addr)
+
+
+def _close_plane() -> None:
+    plane = _WORKER.pop("plane", None)
+    if plane is not None:
+        plane.close()
+        plane.store.close()  # unmount the segment now, not a client_ttl after the kill
+
+
+@contextlib.contextmanager
+def _workers(n: int):
+    """n one-process pools (spawned); each worker's store closed before the pools go."""
+    ctx = multiprocessing.get_context("spawn")
+    pools = [ctx.Pool(1) for _ in range(n)]
+    try:
+        yield pools
+    finally:
+        for p in pools:
+            try:
+                p.apply(_close_plane)
+            finally:
+                p.terminate()
+
+
 def _guard_counts(tel) -> dict:
     """{recorded|checked|mismatched|unverified: rows over all fields}."""
     return {k: sum(v.values()) for k, v in tel.guard.totals().items()
@@ -416,8 +446,7 @@ def _reader(addr) -> dict:
 @pytest.mark.slow
 def test_guard_across_processes_catches_a_row_rewritten_by_a_bare_client(master):
     addr = (master.rpc_address, master.metadata_url)
-    ctx = multiprocessing.get_context("spawn")
-    with ctx.Pool(1) as writer, ctx.Pool(1) as reader, ctx.Pool(1) as tamperer:
+    with _workers(3) as (writer, reader, tamperer):
         written = writer.apply(_writer, (addr,))
         assert written["recorded"] == 4 * N  # the four tensor fields
         clean = reader.apply(_reader, (addr,))
@@ -431,6 +460,44 @@ def test_guard_across_processes_catches_a_row_rewritten_by_a_bare_client(master)
         caught = reader.apply(_reader, (addr,))["counts"]
     assert caught["mismatched"] == 1
     assert caught["checked"] == 4 * N
+
+
+def _fan_in(addr, w, steps) -> list[str]:
+    """One writer of a shared partition: puts 8 rows a step, clears half of every third."""
+    plane, live = _plane(addr), []
+    td = TensorDict({"x": torch.ones(8, 4)}, [8])
+    for i in range(steps):
+        ids = [f"w{w}-{i}-{j}" for j in range(8)]
+        plane.put_samples(ids, "fan-in", td)
+        live += ids
+        if i % 3 == 2:
+            plane.clear_samples(ids[:4], "fan-in")
+            live = [sid for sid in live if sid not in ids[:4]]
+    return live
+
+
+@pytest.mark.slow
+def test_writers_in_several_processes_share_a_partition_listing(master, store):
+    """No key is written by two processes, so concurrent writers lose nothing, and a
+    listing taken meanwhile never misses an id that the listings before and after have."""
+    addr = (master.rpc_address, master.metadata_url)
+    reader = MooncakeDataPlane(store, namespace="guard", lease_s=master.lease_s)
+    reader.register_partition("fan-in")
+    with _workers(3) as pools:
+        for p in pools:  # set the clients up one at a time, then write all at once
+            p.apply(_setup, (addr,))
+        jobs = [p.apply_async(_fan_in, (addr, w, 40)) for w, p in enumerate(pools)]
+        listings = []
+        while not all(j.ready() for j in jobs):
+            listings.append(set(reader.list_sample_ids("fan-in")))
+        expected = [sid for j in jobs for sid in j.get(timeout=60)]
+        final = reader.list_sample_ids("fan-in")
+    reader.close()
+    assert sorted(final) == sorted(expected) and len(final) == 3 * 40 * 8 - 3 * 13 * 4
+    flicker = set()
+    for before, now, after in zip(listings, listings[1:], listings[2:]):
+        flicker |= (before & after) - now
+    assert len(listings) > 3 and not flicker
 
 
 def test_master_listens_on_loopback_only(master):
