@@ -10,7 +10,9 @@ that entered it), so the test process itself never joins a node's network.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import io
 import json
 import os
 import shutil
@@ -148,7 +150,8 @@ def rule_files(out_dir: Path, **knobs) -> list[str]:
         from dpobs_otel.mixin import Config, write
     except ImportError:
         return sorted(str(p) for p in (ROOT / "deploy" / "prometheus" / "rules").glob("*.yml"))
-    write(str(out_dir), Config(**knobs))
+    with contextlib.redirect_stdout(io.StringIO()):  # it lists what it wrote
+        write(str(out_dir), Config(**knobs))
     return sorted(str(p) for p in (out_dir / "prometheus" / "rules").glob("*.yml"))
 
 

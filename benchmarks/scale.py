@@ -1,0 +1,276 @@
+"""Scale (issue 12 item 7): 64, 128 and 256 dpobs endpoints behind 4 `dpobs agent`s into one
+central Prometheus running the mixin's rules, all real binaries on loopback.
+
+Endpoints live 16 to an OS process (one Telemetry each, own registry, own /metrics port,
+own op loop thread: one step every --step-s with put, get, get(select), list, clear on an
+in-memory store), so 256 fit in a few GB. Host processes are assigned round robin to the
+agents' file_sd directories. Arms grow in place, 64 -> 128 -> 256: each adds host
+processes, settles, then measures over a window. They run ascending, not interleaved, on
+purpose: a 5m rate() window and the agents' WAL remember every series of a bigger arm for
+minutes, so a smaller arm measured after a bigger one would measure the bigger one.
+
+Per arm it prints: series per endpoint (scrape_samples_scraped), scrape duration (mean and
+max over the window), agent CPU (the four prometheus processes' utime+stime over the
+window) as % of wall per 32 targets, measured and scaled to a 15 s interval (CPU of an
+agent is scrape work, so it scales with scrapes per second: measured * interval/15; the
+fixed part is included, so the scaled figure is an upper bound), agent RSS per target,
+samples/s appended by the central TSDB, and rule evaluation seconds per cycle (sum of the
+groups' last durations, sampled every cycle); then each figure's growth 64 -> 256.
+
+    unshare --net sh -c 'ip link set lo up; .venv/bin/python benchmarks/scale.py'
+        [--sizes 64,128,256] [--interval 5s] [--settle 15] [--window 40]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tests" / "cluster"))
+from cluster_harness import Agent, Central, rule_files  # noqa: E402
+
+JOB = "dpobs-scale"
+PER_HOST = 16
+AGENTS = 4
+
+
+# -- the endpoint host (this file run with --host) --------------------------------------------
+def host(sd_dir: str, count: int, step_s: float, first_rank: int) -> None:
+    import torch
+    from tensordict import TensorDict
+
+    import dpobs_otel as dpobs
+    batch = TensorDict({"obs": torch.ones(8, 64)}, batch_size=[8])
+
+    def loop(tel, client, phase: float):
+        client.register_partition("p")
+        time.sleep(phase)  # spread the endpoints' steps over the period
+        step = 0
+        while True:
+            t0 = time.monotonic()
+            ids = [f"{step}-{i}" for i in range(8)]
+            with tel.step():
+                client.put_samples(ids, "p", batch)
+                client.get_samples(ids, "p")
+                client.get_samples(ids, "p", select_fields=["obs"])
+                client.list_sample_ids("p")
+                client.clear_samples(ids, "p")
+            step += 1
+            time.sleep(max(0.0, step_s - (time.monotonic() - t0)))
+
+    for i in range(count):
+        tel = dpobs.start(role="rollout", rank=first_rank + i, job=JOB, sd_dir=sd_dir)
+        client = tel.instrument(dpobs.InMemoryDataPlane())
+        threading.Thread(target=loop, args=(tel, client, step_s * i / count),
+                         daemon=True).start()
+    print("ready", flush=True)
+    sys.stdin.read()  # until the benchmark closes our stdin
+
+
+# -- measurements -----------------------------------------------------------------------------
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def child_pid(agent: Agent) -> int:
+    """The prometheus binary under a `dpobs agent` wrapper."""
+    pid = agent.proc.pid
+    deadline = time.monotonic() + 30
+    while True:
+        for kid in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+            # not the `prometheus --version` it runs first
+            if b"--config.file" in Path(f"/proc/{kid}/cmdline").read_bytes():
+                return int(kid)
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"dpobs agent started no prometheus:\n{agent.log()}")
+        time.sleep(0.1)
+
+
+def central_metric(central: Central, name: str) -> float:
+    """Sum of one metric's samples on the central Prometheus's own /metrics."""
+    text = central.client.text(f"{central.url}/metrics", timeout=10) or ""
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(name + " ") or line.startswith(name + "{"))
+
+
+def scalar(central: Central, expr: str) -> float:
+    got = central.query(expr)
+    return got[0]["value"] if got else float("nan")
+
+
+def measure(central: Central, agents: list[int], n: int, window: float, interval: float) -> dict:
+    cpu0 = sum(map(cpu_seconds, agents))
+    central_cpu0 = cpu_seconds(central.proc.pid)
+    appended0 = central_metric(central, "prometheus_tsdb_head_samples_appended_total")
+    t0 = time.monotonic()
+    evals = []
+    while time.monotonic() - t0 < window:
+        evals.append(central_metric(central, "prometheus_rule_group_last_duration_seconds"))
+        time.sleep(interval)
+    wall = time.monotonic() - t0
+    cpu = sum(map(cpu_seconds, agents)) - cpu0
+    central_cpu = cpu_seconds(central.proc.pid) - central_cpu0
+    appended = central_metric(central, "prometheus_tsdb_head_samples_appended_total") - appended0
+    w = f"[{int(window)}s]"
+    sel = f'{{job="{JOB}"}}'
+    scrape = f"scrape_duration_seconds{sel}"
+    return {
+        "targets": scalar(central, f"count(up{sel} == 1)"),
+        "series_per_endpoint": scalar(central, f"avg(scrape_samples_scraped{sel})"),
+        "scrape_mean_ms": 1e3 * scalar(central, f"avg(avg_over_time({scrape}{w}))"),
+        "scrape_max_ms": 1e3 * scalar(central, f"max(max_over_time({scrape}{w}))"),
+        "agent_cpu_pct_per_32": 100 * cpu / wall / n * 32,
+        "agent_rss_mib_per_agent": sum(map(rss_bytes, agents)) / len(agents) / 2**20,
+        "agent_rss_kib_per_target": sum(map(rss_bytes, agents)) / n / 1024,
+        "central_cpu_pct": 100 * central_cpu / wall,
+        "central_rss_mib": rss_bytes(central.proc.pid) / 2**20,
+        "samples_per_s": appended / wall,
+        "central_series": central_metric(central, "prometheus_tsdb_head_series"),
+        "rule_eval_s_mean": statistics.mean(evals),
+        "rule_eval_s_max": max(evals),
+        "window_samples_per_series": scalar(central, f"avg(count_over_time(up{sel}[5m]))"),
+    }
+
+
+def costliest_rules(central: Central, top: int = 5) -> list[tuple[float, str]]:
+    """The rules that took longest in their last evaluation (the rules API)."""
+    rules = [r for g in central.api("rules")["groups"] for r in g["rules"]]
+    return sorted(((r["evaluationTime"], r.get("name", "?")) for r in rules), reverse=True)[:top]
+
+
+# -- the run ------------------------------------------------------------------------------------
+class Hosts:
+    def __init__(self, sd_dirs: list[str], step_s: float):
+        self.sd_dirs, self.step_s = sd_dirs, step_s
+        self.procs: list[subprocess.Popen] = []
+
+    def grow_to(self, n: int) -> None:
+        started = []
+        while len(self.procs) * PER_HOST < n:
+            i = len(self.procs)
+            argv = [sys.executable, __file__, "--host", self.sd_dirs[i % AGENTS],
+                    str(PER_HOST), str(self.step_s), str(i * PER_HOST)]
+            p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 text=True)
+            self.procs.append(p)
+            started.append(p)
+        for p in started:
+            if p.stdout.readline().strip() != "ready":
+                raise RuntimeError("an endpoint host failed to start")
+
+    def close(self) -> None:
+        for p in self.procs:
+            p.stdin.close()
+            p.terminate()
+        for p in self.procs:
+            p.wait()
+
+
+def run(args) -> list[tuple[int, dict]]:
+    tmp = Path(tempfile.mkdtemp(prefix="dpobs-scale-"))
+    interval = float(args.interval.rstrip("s"))
+    rules = rule_files(tmp / "mixin")
+    sd_dirs = [str(tmp / f"sd{i}") for i in range(AGENTS)]
+    results = []
+    with Central(rules, interval=args.interval, data_dir=str(tmp)) as central:
+        agents = [Agent(d, f"{central.url}/api/v1/write", f"node-{i}", interval=args.interval)
+                  for i, d in enumerate(sd_dirs)]
+        hosts = Hosts(sd_dirs, args.step_s)
+        try:
+            for a in agents:
+                a.start()
+            pids = [child_pid(a) for a in agents]
+            for n in args.sizes:
+                hosts.grow_to(n)
+                time.sleep(args.settle)
+                dead = [a for a in agents if a.proc.poll() is not None]
+                if dead:
+                    raise RuntimeError("an agent exited:\n" + dead[0].log())
+                r = measure(central, pids, n, args.window, interval)
+                r["agent_cpu_pct_per_32_at_15s"] = r["agent_cpu_pct_per_32"] * interval / 15
+                r["costliest"] = costliest_rules(central)
+                results.append((n, r))
+                print(f"  {n:4d} endpoints: " + ", ".join(
+                    f"{k}={v:.4g}" for k, v in r.items() if k != "costliest"), flush=True)
+        finally:
+            hosts.close()
+            for a in agents:
+                a.close()
+    return results
+
+
+ROWS = [("targets up", "targets", "{:.0f}"),
+        ("series per endpoint", "series_per_endpoint", "{:.0f}"),
+        ("scrape duration mean (ms)", "scrape_mean_ms", "{:.1f}"),
+        ("scrape duration max (ms)", "scrape_max_ms", "{:.1f}"),
+        ("agent CPU, % of wall per 32 targets (measured)", "agent_cpu_pct_per_32", "{:.2f}"),
+        ("agent CPU, % of wall per 32 targets (at 15 s)", "agent_cpu_pct_per_32_at_15s",
+         "{:.2f}"),
+        ("agent RSS per agent (MiB)", "agent_rss_mib_per_agent", "{:.0f}"),
+        ("agent RSS per target (KiB)", "agent_rss_kib_per_target", "{:.0f}"),
+        ("samples/s appended (central)", "samples_per_s", "{:.0f}"),
+        ("central head series", "central_series", "{:.0f}"),
+        ("central CPU, % of one core", "central_cpu_pct", "{:.1f}"),
+        ("central RSS (MiB)", "central_rss_mib", "{:.0f}"),
+        ("rule evaluation per cycle, mean (s)", "rule_eval_s_mean", "{:.3f}"),
+        ("rule evaluation per cycle, max (s)", "rule_eval_s_max", "{:.3f}"),
+        ("samples per series in a 5m window", "window_samples_per_series", "{:.0f}")]
+
+
+def report(results: list[tuple[int, dict]], args) -> None:
+    sizes = [n for n, _ in results]
+    first, last = results[0][1], results[-1][1]
+    growth_head = f"growth {sizes[0]}->{sizes[-1]}"
+    head = f"| {'figure':48} | " + " | ".join(f"{n:>8}" for n in sizes) + \
+        f" | {growth_head:>17} |"
+    print(f"\nscrape/eval interval {args.interval}, step every {args.step_s}s per endpoint, "
+          f"{AGENTS} agents, window {args.window}s after {args.settle}s settling")
+    print(head)
+    print("|" + "-" * 50 + "|" + "|".join("-" * 10 for _ in sizes) + "|" + "-" * 19 + "|")
+    for label, k, fmt in ROWS:
+        cells = " | ".join(f"{fmt.format(r[k]):>8}" for _, r in results)
+        growth = last[k] / first[k] if first[k] else float("nan")
+        print(f"| {label:48} | {cells} | {growth:>16.2f}x |")
+    print(f"\ncostliest rules at {sizes[-1]} (seconds in their last evaluation):")
+    for seconds, name in last["costliest"]:
+        print(f"  {seconds:.3f}  {name}")
+    worst_cpu = max(r["agent_cpu_pct_per_32_at_15s"] for _, r in results)
+    print(f"\ngoal: agent CPU <= 2% of wall per 32 targets at 15 s: "
+          f"{'met' if worst_cpu <= 2 else 'NOT met'} (worst {worst_cpu:.2f}%)")
+    print(f"goal: rule evaluation for {sizes[-1]} processes < 1 s per cycle: "
+          f"{'met' if last['rule_eval_s_max'] < 1 else 'NOT met'} "
+          f"(max {last['rule_eval_s_max']:.3f} s)")
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--host":
+        sd, count, step_s, first = sys.argv[2:6]
+        return host(sd, int(count), float(step_s), int(first))
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", default="64,128,256",
+                   type=lambda s: sorted(int(x) for x in s.split(",")))
+    p.add_argument("--interval", default="5s", help="scrape and rule interval (default 5s)")
+    p.add_argument("--step-s", type=float, default=1.0, help="seconds per step per endpoint")
+    p.add_argument("--settle", type=float, default=15)
+    p.add_argument("--window", type=float, default=40)
+    args = p.parse_args()
+    report(run(args), args)
+
+
+if __name__ == "__main__":
+    main()
