@@ -28,7 +28,6 @@ from typing import Callable
 
 import torch
 
-from .. import names
 from .columns import (NONTENSOR_SENTINEL, UNRECORDED_SENTINEL, digest_name, field_key,
                       is_digest_field, is_non_tensor, is_tensordict, label, leaves,
                       other_version_fields, strip_digests)
