@@ -32,7 +32,7 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 import torch  # noqa: E402
 
 import dpobs_otel as dpobs  # noqa: E402
-from dpobs_otel.demo.workload import Config, make_rows, pack  # noqa: E402
+from dpobs_otel.demo.batches import Config, make_rows, pack  # noqa: E402
 from dpobs_otel.adapters.mooncake import MooncakeDataPlane, instrument_store  # noqa: E402
 from dpobs_otel.adapters.mooncake_master import MooncakeMaster  # noqa: E402
 from dpobs_otel.sizing import payload_nbytes  # noqa: E402

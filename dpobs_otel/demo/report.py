@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from prometheus_client.parser import text_string_to_metric_families
 
 from .stack import Stack, binaries
-from .workload import Config, Durations, Workload
+from .batches import Config
+from .truth import Durations
+from .workload import Workload
 
 MB = 1e6
 

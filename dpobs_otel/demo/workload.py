@@ -24,174 +24,17 @@ import traceback
 from dataclasses import dataclass
 from time import perf_counter
 
-import msgpack
 import torch
-from tensordict import NonTensorStack, TensorDict
+from tensordict import TensorDict
 
-from ..names import OPS
+from .batches import (FIELDS_LOGPROB_PASS, FIELDS_TRAIN_PASS, PARTITION, ROLE_OPS, Config,
+                      make_rows, pack, sample_ids, truth_nbytes, unpack)
 from .stack import Managed, die_with_parent
+from .truth import Timed, Truth
 
-PARTITION = "grpo"
-VOCAB = 32000
-GROUP = 4  # GRPO: advantages are rewards normalised within each group of completions
 BARRIER_TIMEOUT_S = 300  # orphans give up after this; a live parent aborts far sooner
-FIELDS_LOGPROB_PASS = ["tokens", "mask"]
-FIELDS_TRAIN_PASS = None  # every field, the verifier's scores included
-ROLE_OPS = {"rollout": {"put"}, "trainer": {"get"}, "driver": {"register", "list", "clear"}}
 
 
-@dataclass
-class Config:
-    steps: int = 100
-    trainers: int = 2
-    batch_size: int = 64
-    min_len: int = 64
-    max_len: int = 512
-    latency_s: float = 0.005
-    verify: bool = False
-    corrupt_at: int | None = None  # measured step (1-based) whose row an outsider rewrites
-    duration: float | None = None  # seconds of measured steps; 0 = until stopped; wins over steps
-    sd_dir: str | None = None
-    host: str = "127.0.0.1"
-    advertise_host: str | None = None
-    seed: int = 0
-    alternate: bool = False  # the overhead benchmark: every other step without dpobs
-
-    def roles(self) -> list[tuple[str, int]]:
-        return ([("rollout", 0)] + [("trainer", r) for r in range(self.trainers)]
-                + [("driver", 0)])
-
-
-# -- the batch and its ground truth ------------------------------------------------------
-def sample_ids(step: int, n: int) -> list[str]:
-    return [f"s{step}-{i}" for i in range(n)]
-
-
-def make_rows(step: int, cfg: Config, gen: torch.Generator) -> dict[str, list]:
-    """One step's rollout output as per-row Python/tensor values (before packing)."""
-    n = cfg.batch_size
-    lens = torch.randint(cfg.min_len, cfg.max_len + 1, (n,), generator=gen).tolist()
-    rewards = torch.rand(n, generator=gen)
-    groups = [list(range(g, min(g + GROUP, n))) for g in range(0, n, GROUP)]
-    adv = torch.empty(n)
-    for g in groups:
-        r = rewards[g]
-        adv[g] = (r - r.mean()) / (r.std(unbiased=False) + 1e-6)
-    return {
-        "tokens": [torch.randint(0, VOCAB, (k,), generator=gen) for k in lens],
-        "logprobs": [-5 * torch.rand(k, generator=gen) for k in lens],
-        "mask": [torch.arange(k) >= k // 4 for k in lens],  # prompt tokens carry no loss
-        "advantages": adv,
-        "scores": torch.rand(n, generator=gen),  # written by the verifier, not the rollout
-        # Fixed-width rows: sizing.py measures large non-tensor stacks by sampling rows, and
-        # equal-sized rows keep that estimate exact, so bytes compare exactly with the truth.
-        "meta": [{"uid": f"s{step:08d}-{i:05d}", "prompt": f"p{step:08d}-{i // GROUP:05d}",
-                  "reward": float(rewards[i])} for i in range(n)],
-    }
-
-
-def pack(rows: dict[str, list]) -> TensorDict:
-    jag = {k: torch.nested.as_nested_tensor(rows[k], layout=torch.jagged)
-           for k in ("tokens", "logprobs", "mask")}
-    n = len(rows["meta"])
-    return TensorDict({**jag, "advantages": rows["advantages"],
-                       "meta": NonTensorStack.from_list(rows["meta"])}, batch_size=[n])
-
-
-def unpack(td: TensorDict) -> dict[str, list]:
-    return {k: (td[k] if k == "meta" else td[k].unbind(0)) for k in td.keys()}
-
-
-def truth_nbytes(td: TensorDict) -> int:
-    """Payload bytes computed independently of dpobs's sizing: tensors by element count (a
-    freshly built jagged tensor's values hold exactly its rows), metadata msgpack-encoded."""
-    total = 0
-    for key in td.keys():
-        v = td[key]
-        if isinstance(v, list):  # a NonTensorStack reads back as a list of its rows
-            total += len(msgpack.packb(list(v)))
-        elif v.is_nested:
-            total += v.values().numel() * v.values().element_size()
-        else:
-            total += v.numel() * v.element_size()
-    return total
-
-
-class Durations:
-    """Every call's count and total, and a uniform sample of at most CAP of them for the
-    quantiles, so a run until stopped (--duration 0) does not grow without bound."""
-    CAP = 100_000
-
-    def __init__(self):
-        self.n, self.total, self.kept = 0, 0.0, []
-        self._rng = random.Random(0)
-
-    def __len__(self) -> int:
-        return self.n
-
-    def add(self, seconds: float) -> None:
-        self.n += 1
-        self.total += seconds
-        if len(self.kept) < self.CAP:
-            self.kept.append(seconds)
-        else:  # reservoir sampling: every call so far kept with equal probability
-            i = self._rng.randrange(self.n)
-            if i < self.CAP:
-                self.kept[i] = seconds
-
-    def merge(self, other: "Durations") -> None:
-        self.n += other.n
-        self.total += other.total
-        self.kept += other.kept  # a report's merge: bounded by the processes' caps
-
-
-class Timed:
-    """The raw store client, timing the calls the workload itself makes: the ground truth of
-    data-plane time. Ops outside `ops` (dpobs's own occupancy reconciliation) pass untimed."""
-
-    def __init__(self, inner, ops: set[str]):
-        self._inner = inner
-        self._ops = ops
-        self.durations: dict[str, Durations] = {}
-
-    def __getattr__(self, name):
-        fn = getattr(self._inner, name)
-        op = OPS.get(name)
-        if op not in self._ops:
-            return fn
-        record = self.durations.setdefault(op, Durations()).add
-
-        def timed(*args, **kwargs):
-            t = perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                record(perf_counter() - t)
-        return timed
-
-
-class Truth:
-    """What one process did, as it measured it."""
-
-    def __init__(self, timed: Timed):
-        self.timed = timed
-        self.steps = 0
-        self.step_s = 0.0
-        self.bytes: dict[tuple[str, str], int] = {}
-
-    def moved(self, op: str, direction: str, nbytes: int) -> None:
-        key = (op, direction)
-        self.bytes[key] = self.bytes.get(key, 0) + nbytes
-
-    def take(self) -> dict:
-        """This period's truth, and start the next one."""
-        out = {"steps": self.steps, "step_s": self.step_s, "bytes": self.bytes,
-               "ops": self.timed.durations}
-        self.steps, self.step_s, self.bytes, self.timed.durations = 0, 0.0, {}, {}
-        return out
-
-
-# -- the processes -----------------------------------------------------------------------
 @dataclass
 class Sync:
     barrier: object  # every role meets here three times a step

@@ -21,8 +21,10 @@ import dpobs_otel as dpobs
 from dpobs_otel.demo import report as demo
 from dpobs_otel.sizing import payload_nbytes
 from dpobs_otel.demo.stack import _ts, prometheus_config
-from dpobs_otel.demo.workload import (PARTITION, ROLE_OPS, Config, Durations, Sync, Timed, Truth,
-                                 _Worker, make_rows, metrics_on, pack, truth_nbytes, unpack)
+from dpobs_otel.demo.batches import (PARTITION, ROLE_OPS, Config, make_rows, pack, truth_nbytes,
+                                     unpack)
+from dpobs_otel.demo.truth import Durations, Timed, Truth
+from dpobs_otel.demo.workload import Sync, _Worker, metrics_on
 
 CFG = Config(batch_size=12, min_len=3, max_len=9, trainers=2, latency_s=0.0)
 
