@@ -10,6 +10,7 @@ the master's occupancy would climb in a put/read/clear loop.
 """
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
 import time
@@ -50,6 +51,8 @@ class DeferredRemovals:
                 self._thread = threading.Thread(target=self._loop, daemon=True,
                                                 name="dpobs-mooncake-removals")
                 self._thread.start()
+                # Stopped before the interpreter tears down, not killed inside a store call.
+                atexit.register(self.close)
             self._cond.notify()
 
     def cancel(self, keys) -> None:
@@ -89,6 +92,8 @@ class DeferredRemovals:
         return True
 
     def close(self) -> None:
+        """Stop the thread; keys still waiting stay in the store."""
+        atexit.unregister(self.close)
         with self._cond:
             self._closed = True
             self._cond.notify()

@@ -11,6 +11,7 @@ import itertools
 import json
 import multiprocessing
 import os
+import time
 import urllib.request
 
 import msgpack
@@ -28,6 +29,7 @@ import mooncake.store  # noqa: E402,F401  an installed wheel must import: no ski
 import dpobs_otel as dpobs  # noqa: E402
 from dpobs_otel.adapters.mooncake import MooncakeDataPlane, MooncakeError  # noqa: E402
 from dpobs_otel.adapters.mooncake import instrument_store  # noqa: E402
+from dpobs_otel.adapters.mooncake_leases import DeferredRemovals  # noqa: E402
 from dpobs_otel.adapters.mooncake_master import MooncakeMaster, connect_store  # noqa: E402
 from stores.test_memory import _batch  # noqa: E402  the in-memory store's cases, mirrored
 from guard.test_guard_crossprocess import N, PART, _payload  # noqa: E402  its GRPO rows
@@ -268,6 +270,30 @@ def test_a_row_put_again_survives_its_earlier_deferred_removal(dp, master):
     dp.put_samples(["k"], "p", TensorDict({"x": torch.tensor([[2.0]])}, [1]))
     assert dp.flush_clears(timeout=10 * master.lease_s + 5)
     assert dp.get_samples(["k"], "p")["x"].tolist() == [[2.0]]
+
+
+def test_deferred_removals_retry_leased_keys_and_drop_the_rest():
+    answers = {"a": [-706, 0], "b": [-704], "c": [-900], "d": [-706, -706, 0]}
+    asked = []
+
+    def remove(keys):
+        asked.append(sorted(keys))
+        return [answers[k].pop(0) for k in keys]
+    q = DeferredRemovals(remove, retry_s=60.0)  # the thread never fires in this test
+    q.add(["a", "b", "c", "d", "e"])
+    q.cancel(["e"])  # put again: never removed
+    t0 = time.monotonic()
+    q.run_due(t0)  # nothing due yet
+    assert asked == [] and len(q) == 4
+    q.run_due(t0 + 61)
+    assert asked == [["a", "b", "c", "d"]] and len(q) == 2  # a and d leased again
+    q.run_due(t0 + 62)  # rescheduled a retry_s later, not yet
+    assert len(asked) == 1
+    q.run_due(t0 + 122)
+    q.run_due(t0 + 183)
+    assert len(q) == 0 and q.removed == 3 and q.failed == 1
+    assert asked[-1] == ["d"]
+    q.close()
 
 
 def _batch_n(n):
