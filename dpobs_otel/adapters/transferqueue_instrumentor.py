@@ -9,7 +9,9 @@ or, in code that would rather say so:
     TransferQueueInstrumentor().uninstrument()    # puts TransferQueue's own functions back
 
 `instrument()` replaces the twelve kv_* functions of the `transfer_queue` package (sync and
-async) with measured ones. The first measured call in a process starts dpobs there
+async) with measured ones, and measures the client classes TransferQueueClient and
+AsyncTransferQueueClient (get_meta, put, get_data, clear_samples, clear_partition and their
+async forms; tq_client.py). The first measured call in a process starts dpobs there
 (`dpobs.start()`, every setting from its DPOBS_* variable: role, rank, sd_dir, the guard...),
 so a process that imports transfer_queue but never calls it serves nothing; a forked child
 starts its own on its first call. `instrument(telemetry=tel)` uses an existing Telemetry in
@@ -61,7 +63,12 @@ class _PerProcess:
         self._lock = threading.Lock()
         self._pid = None
         self._adapter = None
+        self._tel = None
         self.started = None  # the Telemetry this object started, if any
+
+    def telemetry(self):
+        """This process's Telemetry (started on first use), or None if it cannot start."""
+        return None if self.adapter() is None else self._tel
 
     def adapter(self):
         if self._pid == os.getpid():
@@ -81,6 +88,7 @@ class _PerProcess:
                 import dpobs_otel
 
                 tel = self.started = dpobs_otel.start()
+            self._tel = tel
             return InstrumentedTransferQueue(tel, self._module)
         except Exception:
             log.exception("dpobs: could not start on TransferQueue's first call in pid %d; "
@@ -90,7 +98,7 @@ class _PerProcess:
     def close(self) -> None:
         if self.started is not None and self._pid == os.getpid():
             self.started.shutdown()
-        self.started = self._adapter = self._pid = None
+        self.started = self._adapter = self._pid = self._tel = None
 
 
 def _measured(name: str, original, per_process: _PerProcess):
@@ -132,15 +140,20 @@ class TransferQueueInstrumentor(BaseInstrumentor):
     def _instrument(self, **kwargs):
         import transfer_queue
 
+        from .tq_client import ClientPatches
+
         originals = {name: getattr(transfer_queue, name) for name in KV_FUNCTIONS}
         self._per_process = _PerProcess(transfer_queue, originals, kwargs.get("telemetry"))
         self._originals = originals
+        self._clients = ClientPatches(transfer_queue, self._per_process.telemetry)
         for name, fn in originals.items():
             setattr(transfer_queue, name, _measured(name, fn, self._per_process))
+        self._clients.install()
 
     def _uninstrument(self, **kwargs):
         import transfer_queue
 
         for name, fn in self._originals.items():
             setattr(transfer_queue, name, fn)
+        self._clients.uninstall()
         self._per_process.close()

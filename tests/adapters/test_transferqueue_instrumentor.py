@@ -27,6 +27,7 @@ from tq_harness import LOOPBACK_ENV, call, start, stop
 import tq_rollout_actor
 
 import dpobs_otel as dpobs
+from dpobs_otel.adapters.tq_client import ASYNC_METHODS, SYNC_METHODS
 from dpobs_otel.adapters.transferqueue_instrumentor import KV_FUNCTIONS, TransferQueueInstrumentor
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -54,8 +55,16 @@ def instrumentor():
         inst.uninstrument()
 
 
+def _client_methods() -> dict:
+    from transfer_queue.client import AsyncTransferQueueClient, TransferQueueClient
+
+    return {**{m: vars(TransferQueueClient)[m] for m in SYNC_METHODS},
+            **{m: vars(AsyncTransferQueueClient)[m] for m in ASYNC_METHODS}}
+
+
 def test_instrument_is_idempotent_thread_safe_and_undone(instrumentor):
     originals = {name: getattr(tq, name) for name in KV_FUNCTIONS}
+    methods = _client_methods()
     assert TransferQueueInstrumentor() is instrumentor  # one per process
     threads = [threading.Thread(target=instrumentor.instrument) for _ in range(8)]
     for t in threads:
@@ -66,9 +75,12 @@ def test_instrument_is_idempotent_thread_safe_and_undone(instrumentor):
         patched = getattr(tq, name)
         assert patched is not fn and patched.__wrapped__ is fn, name  # wrapped exactly once
         assert inspect.iscoroutinefunction(patched) == inspect.iscoroutinefunction(fn), name
+    for name, fn in _client_methods().items():
+        assert fn is not methods[name] and fn.__wrapped__ is methods[name], name
     instrumentor.uninstrument()
     instrumentor.uninstrument()  # a second one is a no-op
     assert {name: getattr(tq, name) for name in KV_FUNCTIONS} == originals
+    assert _client_methods() == methods
 
 
 def test_plain_transfer_queue_calls_measured_in_process(cluster, instrumentor, monkeypatch):
@@ -191,3 +203,45 @@ def test_ray_actor_measured_with_environment_variables_only(cluster, tmp_path):
     assert value(s, "dpobs_guard_rows_checked_total", field="x") == 5
     assert value(s, "dpobs_guard_rows_mismatched_total", field="x") == 0
     call(tq.kv_clear, keys=[f"a{i}" for i in range(5)], partition_id="actor", timeout_s=T)
+
+
+def test_client_classes_measured_sync_and_async(cluster, instrumentor):
+    tel = dpobs.start(role="test", rank=0, port=0, verify_tensor_hash=True, reconcile_rows=4)
+    try:
+        instrumentor.instrument(telemetry=tel)
+        client = tq.get_client()
+        td = TensorDict({"x": torch.arange(12).reshape(4, 3)}, batch_size=[4])
+        meta = call(client.get_meta, data_fields=["x"], batch_size=4, partition_id="cls",
+                    mode="insert", timeout_s=T)
+        call(client.put, td, meta, timeout_s=T)  # 4 rows put: a reconciliation runs
+        call(client.put, td, partition_id="cls", timeout_s=T)  # TransferQueue makes the meta
+        fetched = call(client.get_meta, data_fields=["x"], batch_size=8, partition_id="cls",
+                       mode="fetch", task_name="t", timeout_s=T)
+        got = call(client.get_data, fetched, timeout_s=T)
+        again = call(asyncio.run, client.async_get_data(fetched), timeout_s=T)
+        # The kv_* functions use the client's async methods inside: one op each, not two.
+        call(tq.kv_batch_put, keys=["k0", "k1"], partition_id="cls-kv", fields=td[:2],
+             timeout_s=T)
+        s1 = scrape(tel)
+        call(client.clear_samples, fetched[:6], timeout_s=T)
+        call(tq.kv_clear, keys=["k0", "k1"], partition_id="cls-kv", timeout_s=T)
+        call(client.clear_partition, "cls", timeout_s=T)  # the last two rows
+        s2 = scrape(tel)
+    finally:
+        tel.shutdown()
+    assert [r.tolist() for r in got["x"].unbind()] == td["x"].tolist() * 2
+    assert [r.tolist() for r in again["x"].unbind()] == td["x"].tolist() * 2
+    assert "custom_meta" not in str(got.keys())
+    assert value(s1, OPS, op="claim_meta") == 2
+    assert value(s1, OPS, op="put") == 2 + 1 and value(s1, KEYS, op="put") == 8 + 2
+    assert value(s1, BYTES, op="put", direction="write") == 2 * 96 + 48
+    assert value(s1, OPS, op="get_data") == 2 and value(s1, KEYS, op="get_data") == 16
+    assert value(s1, BYTES, op="get_data", direction="read") == 2 * 192
+    assert value(s1, "dpobs_guard_rows_checked_total", field="x") == 16
+    assert value(s1, "dpobs_guard_rows_mismatched_total", field="x") == 0
+    assert value(s1, "dpobs_client_outstanding_keys") == 8 + 2
+    assert value(s2, OPS, op="clear") == 3 and value(s2, KEYS, op="clear") == 6 + 2 + 2
+    assert value(s2, "dpobs_client_outstanding_keys") == 0
+    assert value(s2, "dpobs_client_outstanding_size_bytes") == 0
+    assert not any(k[0].startswith(("dpobs_instrumentation_errors", "dpobs_client_operation_err",
+                                    "dpobs_guard_failures")) for k in s2)
