@@ -27,6 +27,7 @@ the same instant is the one race left (docs/mooncake.md).
 from __future__ import annotations
 
 import pickle
+import time
 
 import msgpack
 import torch
@@ -48,6 +49,7 @@ NATIVE_DTYPES = frozenset({torch.float32, torch.float64, torch.float16, torch.bf
                            torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8,
                            torch.bool, torch.float8_e4m3fn, torch.float8_e5m2})
 TOMBSTONE = msgpack.packb(None)  # a cleared row whose manifest is still leased
+REREAD_S = 0.002  # before reading a key that was absent once more
 
 
 def _esc(part: str) -> str:
@@ -163,6 +165,12 @@ class MooncakeDataPlane:
     def get_samples(self, sample_ids, partition_id, select_fields=None) -> TensorDict:
         ids = _check_ids(sample_ids)
         rows = self._manifests(partition_id, ids)[0]
+        absent = [i for i, row in enumerate(rows) if row is None]
+        if absent:  # a key being upserted reads as absent for a moment: look once more
+            time.sleep(REREAD_S)
+            again = self._manifests(partition_id, [ids[i] for i in absent])[0]
+            for i, row in zip(absent, again):
+                rows[i] = row
         for sid, row in zip(ids, rows):
             if row is None:
                 raise KeyError(f"sample id {sid!r} not in partition {partition_id!r}")
@@ -255,6 +263,16 @@ class MooncakeDataPlane:
                        if _is_tensor_kind(kind)]
         object_keys = [k for _, kinds, keys in plan for kind, k in zip(kinds, keys)
                        if not _is_tensor_kind(kind)]
+        values = self._get_values(tensor_keys, object_keys)
+        gone = [k for k, v in values.items() if v is None]
+        if gone:  # rewritten by another client just now (see get_samples): once more
+            time.sleep(REREAD_S)
+            tensor = set(tensor_keys)
+            values.update(self._get_values([k for k in gone if k in tensor],
+                                           [k for k in gone if k not in tensor]))
+        return values
+
+    def _get_values(self, tensor_keys, object_keys) -> dict:
         values = {}
         if tensor_keys:
             values.update(zip(tensor_keys, self._s.batch_get_tensor(tensor_keys)))

@@ -233,6 +233,41 @@ def test_random_payloads_round_trip_and_count_exactly(tel, dp, payload):
         assert tel.stats.ops["put"].write_bytes - before == truth
 
 
+class _Blinking:
+    """A store whose next answer for `key` reads as absent, as while another client
+    upserts it (measured: a key being upserted reads as absent for a moment)."""
+
+    def __init__(self, store, key):
+        self._store, self.key, self.blinked = store, key, 0
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+    def _blink(self, keys, out, absent):
+        if self.key in keys and not self.blinked:
+            self.blinked += 1
+            out = list(out)
+            out[keys.index(self.key)] = absent
+        return out
+
+    def get_batch(self, keys):
+        return self._blink(keys, self._store.get_batch(keys), b"")
+
+    def batch_get_tensor(self, keys):
+        return self._blink(keys, self._store.batch_get_tensor(keys), None)
+
+
+@pytest.mark.parametrize("which", ["manifest", "value"])
+def test_a_key_caught_mid_rewrite_is_read_once_more(store, which):
+    writer = MooncakeDataPlane(store, namespace=f"t{next(_ns)}")
+    writer.put_samples(IDS, "p", _batch())
+    key = writer._row_key("p", "b") + ("/adv" if which == "value" else "")
+    blinking = _Blinking(store, key)
+    reader = MooncakeDataPlane(blinking, namespace=writer._ns)
+    assert reader.get_samples(IDS, "p")["adv"].tolist() == [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]
+    assert blinking.blinked == 1
+
+
 # -- the read lease -------------------------------------------------------------------
 def test_remove_right_after_a_read_meets_the_lease(store):
     """The premise of the deferral, measured on the real master."""
