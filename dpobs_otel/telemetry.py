@@ -49,6 +49,7 @@ class Telemetry:
             from .guard import WireGuard  # off by default: no digest code runs without it
             self.guard = WireGuard(meter, self.internal_error)
         self._step_metrics = StepMetrics(self.stats, self.guard)
+        self._cluster_views: dict = {}  # source -> cluster.ClusterView
         self._closed = False
 
     # -- instruments ------------------------------------------------------------------
@@ -188,6 +189,35 @@ class Telemetry:
             self.internal_error("step_metrics", exc)
             return {}
 
+    def cluster_step_metrics(self, source, *, job: str | None = None,
+                             timeout: float = 1.0) -> dict[str, float]:
+        """step_metrics() for every process under dpobs/cluster/, differenced against the
+        previous call with the same source: a file_sd directory (every listed endpoint
+        scraped now, https when this process serves TLS) or a Prometheus URL. job: only
+        that job's processes (default this process's job). Never raises (dpobs_otel/cluster.py
+        says what each key means and which process counts what)."""
+        try:
+            view = self._cluster_views.get(source)
+            if view is None:
+                from .cluster import ClusterView, tls_context_for
+                view = self._cluster_views[source] = ClusterView(
+                    source, job or self.settings.job, timeout, tls_context_for(self.settings))
+            return view.step_metrics()
+        except Exception as exc:
+            self.internal_error("cluster", exc)
+            return {}
+
+    def cluster_breakdown(self, source) -> tuple[list[str], list[list]]:
+        """(columns, rows) per op of the last cluster_step_metrics(source) window, worst
+        first (cluster.breakdown): wandb.Table(columns=columns, data=rows)."""
+        try:
+            from .cluster import COLUMNS
+            view = self._cluster_views.get(source)
+            return view.breakdown() if view is not None else (list(COLUMNS), [])
+        except Exception as exc:
+            self.internal_error("cluster", exc)
+            return [], []
+
     def internal_error(self, component: str, exc: BaseException) -> None:
         """Count and log (once per component) an error of dpobs itself; never raises."""
         try:
@@ -268,8 +298,11 @@ class DisabledTelemetry:
     def step_metrics(self) -> dict[str, float]:
         return {}
 
-    def cluster_step_metrics(self, source) -> dict[str, float]:
+    def cluster_step_metrics(self, source, **kw) -> dict[str, float]:
         return {}
+
+    def cluster_breakdown(self, source) -> tuple[list[str], list[list]]:
+        return [], []
 
     def shutdown(self) -> None:
         pass

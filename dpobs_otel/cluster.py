@@ -1,0 +1,296 @@
+"""The cluster view in the driver's logger: tel.cluster_step_metrics(source).
+
+    view = ClusterView("/path/to/sd_dir")            # or "http://prometheus:9090"
+    logger.log(view.step_metrics())                  # dict under dpobs/cluster/
+    columns, rows = view.breakdown()                 # the same window per op, worst first
+
+Each call reads every process's cumulative counters (scrape.py: at the call, from the
+file_sd directory's endpoints; or the latest raw samples in Prometheus) and differences them
+against the previous call's, process by process (`delta`). The keys mirror
+tel.step_metrics() (stepmetrics.py) under `dpobs/cluster/`: step_s, steps, data_plane_s,
+frac_of_step (from the sums, absent without a completed step), op/<op>/{seconds, calls,
+errors, mb, share}, codec/<stage>_s, instrumentation_s and _frac, outstanding_mb (the
+gauges now, summed), guard/... (present when any summed process exports guard series,
+absent otherwise), plus frac_of_step_max (the highest one process's fraction), processes,
+processes_unreachable, processes_restarted, processes_lost, scrape_s (what the call cost),
+and staleness_s for a Prometheus source (how old the oldest process's newest sample is). No
+per-op maximum: a maximum cannot be differenced from counters.
+
+Which process counts what (a process is (job, node, instance, role, rank); scrape.Target):
+- alive and reachable at both calls: its counters' change. Exact at the step boundary for a
+  file_sd source, since both reads happen at the calls.
+- restarted between the calls (the file_sd name's start ticks or target_info's
+  service.instance.id changed, or a counter went back): what it did since its restart, in
+  `processes` and `processes_restarted`. What its previous incarnation did after the
+  previous call is gone with it.
+- not listed at the previous call: everything since its start (its file is written before
+  its first measured op, so at the previous call it had done nothing; a Prometheus source
+  counts its first samples in full the same way).
+- listed but unanswered (refused, timed out, Prometheus's up == 0): `processes_unreachable`,
+  left out; when it answers again it starts a new baseline, and that call counts it nowhere.
+- reachable at the previous call and gone now (file removed, or its writer dead: the file's
+  lock is free; or no longer in Prometheus): `processes_lost`. Its partial window, from the
+  previous call to its death, is left out: nothing can read a dead process's counters.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, fields, replace
+
+from . import scrape
+from .scrape import OpTotals, ProcessTotals
+
+MB = 1e6
+PREFIX = "dpobs/cluster/"
+COLUMNS = ("op", "calls", "mean_ms", "max_ms", "mb", "share", "slowest_role", "slowest_rank",
+           "slowest_mean_ms")
+
+
+def _sub(a: dict, b: dict) -> dict:
+    return {k: v - b.get(k, 0.0) for k, v in a.items()}
+
+
+def delta(prev: ProcessTotals | None, now: ProcessTotals) -> ProcessTotals:
+    """now - prev, counter by counter (buckets per bound); prev None means since start.
+    Gauges (outstanding), instance_id and timestamp are now's. Assumes now follows prev
+    (check now.went_back(prev) first)."""
+    if prev is None:
+        return now
+    ops = {}
+    for op, o in now.ops.items():
+        p = prev.ops.get(op, OpTotals())
+        kw = {f.name: getattr(o, f.name) - getattr(p, f.name) for f in fields(OpTotals)
+              if f.name != "buckets"}
+        ops[op] = OpTotals(**kw, buckets=_sub(o.buckets, p.buckets))
+    guard = None if now.guard is None else _sub(now.guard, prev.guard or {})
+    return replace(now, ops=ops, steps=now.steps - prev.steps,
+                   step_seconds=now.step_seconds - prev.step_seconds,
+                   step_buckets=_sub(now.step_buckets, prev.step_buckets),
+                   codec_seconds=_sub(now.codec_seconds, prev.codec_seconds),
+                   instrumentation_seconds=_sub(now.instrumentation_seconds,
+                                                prev.instrumentation_seconds),
+                   instrumentation_errors=_sub(now.instrumentation_errors,
+                                               prev.instrumentation_errors),
+                   guard=guard)
+
+
+@dataclass
+class Seen:
+    """One process as one read found it: totals None when listed but unanswered."""
+    labels: dict[str, str]  # job, node, instance, role, rank
+    totals: ProcessTotals | None
+    incarnation: str | None = None
+    error: BaseException | None = None
+
+
+@dataclass
+class Reading:
+    processes: dict[tuple, Seen]
+    lost: set[tuple]  # listed, but certainly dead (a file_sd file nobody holds)
+    staleness_s: float | None = None
+
+
+class FileSDSource:
+    """Reads by scraping every endpoint a file_sd directory lists, at the call."""
+
+    def __init__(self, sd_dir: str, job: str | None = None, timeout: float = 1.0,
+                 ssl_context=None):
+        self.sd_dir, self.job, self.timeout, self.ssl_context = sd_dir, job, timeout, ssl_context
+
+    def read(self) -> Reading:
+        listed: dict[tuple, scrape.Target] = {}
+        dead = set()
+        for t in scrape.targets(self.sd_dir, self.job):
+            if t.alive is False:
+                dead.add(t.process)
+            elif listed.get(t.process) is None or t.alive:  # a live file wins a dead one
+                listed[t.process] = t
+        got = scrape.scrape_all(list(listed.values()), self.timeout, self.ssl_context)
+        out = {}
+        for key, t in listed.items():
+            r = got[t]
+            labels = dict(zip(scrape.PROCESS_LABELS, key))
+            if isinstance(r, ProcessTotals):
+                out[key] = Seen(labels, r, t.incarnation)
+            else:
+                out[key] = Seen(labels, None, t.incarnation, r)
+        return Reading(out, dead - set(out))
+
+
+def source_for(source, job: str | None, timeout: float, ssl_context=None):
+    """A Prometheus URL (http:// or https://; its certificate checked against the system's
+    CAs) or a file_sd directory (its endpoints over https when ssl_context is given)."""
+    if isinstance(source, str) and source.startswith(("http://", "https://")):
+        from .cluster_prometheus import PrometheusSource
+        return PrometheusSource(source, job, timeout)
+    return FileSDSource(str(source), job, timeout, ssl_context)
+
+
+def tls_context_for(settings):
+    """The client side of a process's own TLS settings (DPOBS_TLS_*): processes of one job
+    serve alike, so a driver serving TLS scrapes over https, presenting its certificate and
+    checking theirs against tls_client_cafile (the job's CA). None without TLS."""
+    if settings is None or not settings.tls_certfile:
+        return None
+    return scrape.tls_context(settings.tls_client_cafile, settings.tls_certfile,
+                              settings.tls_keyfile)
+
+
+@dataclass
+class Window:
+    """What one call found: each summed process's labels and delta, and the counts."""
+    deltas: dict[tuple, tuple[dict[str, str], ProcessTotals]]
+    unreachable: int = 0
+    restarted: int = 0
+    lost: int = 0
+    outstanding_bytes: float = 0.0
+    scrape_s: float = 0.0
+    staleness_s: float | None = None
+
+
+class ClusterView:
+    """The differencing state of one source across calls (see the module docstring)."""
+
+    def __init__(self, source, job: str | None = None, timeout: float = 1.0,
+                 ssl_context=None):
+        self.source = source_for(source, job, timeout, ssl_context)
+        self._base: dict[tuple, tuple[str | None, ProcessTotals]] = {}
+        self._listed: set[tuple] | None = None  # None: no call yet
+        self.last: Window | None = None
+
+    def advance(self) -> Window:
+        """Read the source, difference against the previous call, keep this as the base."""
+        t0 = time.perf_counter()
+        reading = self.source.read()
+        w = Window({}, staleness_s=reading.staleness_s)
+        base, self._base = self._base, {}
+        for key, seen in reading.processes.items():
+            if seen.totals is None:
+                w.unreachable += 1
+                continue
+            d = self._window(key, seen, base.get(key), w)
+            self._base[key] = (seen.incarnation, seen.totals)
+            w.outstanding_bytes += seen.totals.outstanding_bytes
+            if d is not None:
+                w.deltas[key] = (seen.labels, d)
+        w.lost = sum(1 for k in base if k not in reading.processes or k in reading.lost)
+        self._listed = set(reading.processes)
+        w.scrape_s = time.perf_counter() - t0
+        self.last = w
+        return w
+
+    def _window(self, key, seen: Seen, prev, w: Window) -> ProcessTotals | None:
+        if prev is None:
+            if self._listed is None or key not in self._listed:
+                return seen.totals  # first call, or new since the previous one: since start
+            return None  # unanswered last time: its earlier counts fit no window
+        inc, totals = prev
+        if (inc and seen.incarnation and inc != seen.incarnation) or seen.totals.went_back(totals):
+            w.restarted += 1
+            return seen.totals
+        return delta(totals, seen.totals)
+
+    def step_metrics(self) -> dict[str, float]:
+        return metrics(self.advance())
+
+    def breakdown(self) -> tuple[list[str], list[list]]:
+        """(columns, rows) of the last call's window: see `breakdown`."""
+        return breakdown(self.last) if self.last is not None else (list(COLUMNS), [])
+
+
+def metrics(w: Window) -> dict[str, float]:
+    """The cluster dict of one window (keys in the module docstring)."""
+    p = PREFIX
+    procs = [d for _, d in w.deltas.values()]
+    step_s = sum(d.step_seconds for d in procs)
+    ops: dict[str, list[float]] = {}  # op -> [seconds, calls, errors, bytes]
+    for d in procs:
+        for op, o in d.ops.items():
+            acc = ops.setdefault(op, [0.0, 0.0, 0.0, 0.0])
+            for i, v in enumerate((o.seconds, o.calls, o.errors, o.bytes)):
+                acc[i] += v
+    dp = sum(v[0] for v in ops.values())
+    out = {p + "step_s": step_s, p + "steps": sum(d.steps for d in procs),
+           p + "data_plane_s": dp}
+    if step_s > 0:
+        out[p + "frac_of_step"] = dp / step_s
+    fracs = [sum(o.seconds for o in d.ops.values()) / d.step_seconds
+             for d in procs if d.step_seconds > 0]
+    if fracs:
+        out[p + "frac_of_step_max"] = max(fracs)
+    for op in sorted(ops):
+        seconds, calls, errors, nbytes = ops[op]
+        q = f"{p}op/{op}/"
+        out.update({q + "seconds": seconds, q + "calls": calls, q + "errors": errors,
+                    q + "share": seconds / dp if dp > 0 else 0.0, q + "mb": nbytes / MB})
+    _sum_into(out, p + "codec/", "_s", [d.codec_seconds for d in procs])
+    guards = [d.guard for d in procs if d.guard is not None]
+    if guards:
+        _sum_into(out, p + "guard/", "", guards)
+    out[p + "outstanding_mb"] = w.outstanding_bytes / MB
+    instr = sum(sum(d.instrumentation_seconds.values()) for d in procs)
+    out[p + "instrumentation_s"] = instr
+    out[p + "instrumentation_frac"] = instr / dp if dp > 0 else 0.0
+    out.update({p + "processes": len(procs), p + "processes_unreachable": w.unreachable,
+                p + "processes_restarted": w.restarted, p + "processes_lost": w.lost,
+                p + "scrape_s": w.scrape_s})
+    if w.staleness_s is not None:
+        out[p + "staleness_s"] = w.staleness_s
+    return out
+
+
+def _sum_into(out: dict, prefix: str, suffix: str, dicts: list[dict]) -> None:
+    acc: dict[str, float] = {}
+    for d in dicts:
+        for k, v in d.items():
+            acc[k] = acc.get(k, 0.0) + v
+    for k in sorted(acc):
+        out[f"{prefix}{k}{suffix}"] = acc[k]
+
+
+def max_bound(buckets: dict[float, float]) -> float | None:
+    """The upper bound of the highest bucket that gained a call in the window (cumulative
+    buckets: the lowest bound whose count is the total): the slowest call took at most this
+    long, and longer than the next bound down. None without calls, or when that is the
+    +Inf bucket (slower than the last finite bound)."""
+    if not buckets:
+        return None
+    total = max(buckets.values())
+    if total <= 0:
+        return None
+    top = min(b for b, n in buckets.items() if n >= total)
+    return None if math.isinf(top) else top
+
+
+def breakdown(w: Window) -> tuple[list[str], list[list]]:
+    """Per op over the window, worst (most data-plane seconds) first: columns COLUMNS.
+
+    mean_ms is seconds / calls summed over processes. max_ms is not a measured maximum (a
+    maximum cannot be differenced from counters): it is `max_bound` of the latency
+    histogram summed over processes, so the slowest call took at most max_ms and longer
+    than the bucket bound below it; None when no call or slower than 30 s. slowest_*: the
+    process with the highest mean latency for that op in the window (its role, rank and
+    mean). Rows are plain lists (wandb.Table(columns=..., data=rows))."""
+    agg: dict[str, list] = {}  # op -> [seconds, calls, bytes, buckets, (mean, labels)]
+    for labels, d in w.deltas.values():
+        for op, o in d.ops.items():
+            a = agg.setdefault(op, [0.0, 0.0, 0.0, {}, None])
+            a[0] += o.seconds
+            a[1] += o.calls
+            a[2] += o.bytes
+            for le, n in o.buckets.items():
+                a[3][le] = a[3].get(le, 0.0) + n
+            if o.calls > 0 and (a[4] is None or o.seconds / o.calls > a[4][0]):
+                a[4] = (o.seconds / o.calls, labels)
+    dp = sum(a[0] for a in agg.values())
+    rows = []
+    for op, (seconds, calls, nbytes, buckets, slow) in sorted(
+            agg.items(), key=lambda kv: (-kv[1][0], kv[0])):
+        top = max_bound(buckets)
+        rows.append([op, int(calls), 1e3 * seconds / calls if calls else None,
+                     None if top is None else 1e3 * top, nbytes / MB,
+                     seconds / dp if dp > 0 else 0.0,
+                     slow[1]["role"] if slow else None, slow[1]["rank"] if slow else None,
+                     1e3 * slow[0] if slow else None])
+    return list(COLUMNS), rows

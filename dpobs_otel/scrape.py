@@ -1,0 +1,420 @@
+"""Read dpobs processes' /metrics endpoints directly: no Prometheus needed.
+
+    from dpobs_otel import scrape
+    targets = scrape.targets(sd_dir)                  # list[Target], from the file_sd files
+    got = scrape.scrape_all(targets, timeout=1.0)     # {Target: ProcessTotals | Exception}
+
+A `Target` is one listed endpoint: its address ("host:port", Prometheus's `instance`), its
+file_sd labels (job, role, rank, and node when present), and what the file's name says about
+its writer (see exporters/filesd.py): `incarnation` ("<boot id>.<start ticks>": a new value
+for the same `process` key means the process restarted), `started_at` (wall-clock start, when
+the file is from this boot) and `alive` (False when nobody holds the file's lock: its writer
+died without removing it, e.g. SIGKILL; None when that cannot be told).
+
+A `ProcessTotals` is one process's cumulative counters at one moment, parsed with
+prometheus_client's text parser: per op (`OpTotals`) calls, seconds, errors, bytes read and
+written, keys, missing rows and the latency histogram's cumulative buckets; steps, step
+seconds and buckets; codec seconds per stage; dpobs's own time and swallowed errors per
+component; outstanding bytes and keys (gauges); the guard's counts in the shape
+stepmetrics.guard_flat gives (None when the process exports no guard series: guard off, or
+on with nothing recorded yet); and the OpenTelemetry `service.instance.id` from target_info
+(new on every start, so a restart shows even when the counters have caught up).
+`ProcessTotals.went_back(prev)` is the restart test on counters alone.
+
+Differencing two snapshots is dpobs_otel/cluster.py (`cluster.delta`).
+
+Fetching runs in a thread pool, each request with `timeout` seconds and the whole batch with
+a deadline of about the same; an endpoint that refuses, times out, answers non-200 or sends
+something unparsable maps to its exception, never raises. https with `ssl_context` (see
+`tls_context`, for processes started with DPOBS_TLS_*).
+"""
+from __future__ import annotations
+
+import fcntl
+import http.client
+import json
+import math
+import os
+import ssl
+import time
+from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+
+from prometheus_client.parser import parse_labels, text_string_to_metric_families
+
+from .exporters.filesd import _OWNED, boot_id
+from .stepmetrics import guard_flat
+
+PROCESS_LABELS = ("job", "node", "instance", "role", "rank")
+
+
+@dataclass(frozen=True)
+class Target:
+    address: str
+    labels: tuple[tuple[str, str], ...]  # sorted file_sd labels
+    file: str | None = None
+    incarnation: str | None = None
+    started_at: float | None = None
+    alive: bool | None = None
+
+    def label(self, name: str, default: str = "") -> str:
+        return dict(self.labels).get(name, default)
+
+    @property
+    def process(self) -> tuple[str, ...]:
+        """Who this is across restarts: (job, node, instance, role, rank); node is "" on a
+        single machine. The same host:port on two nodes stays two processes."""
+        d = dict(self.labels, instance=self.address)
+        return tuple(d.get(k, "") for k in PROCESS_LABELS)
+
+
+@dataclass
+class OpTotals:
+    calls: float = 0.0
+    seconds: float = 0.0
+    errors: float = 0.0
+    read_bytes: float = 0.0
+    write_bytes: float = 0.0
+    keys: float = 0.0
+    missing: float = 0.0
+    buckets: dict[float, float] = field(default_factory=dict)  # le -> cumulative count
+
+    @property
+    def bytes(self) -> float:
+        return self.read_bytes + self.write_bytes
+
+
+@dataclass
+class ProcessTotals:
+    ops: dict[str, OpTotals] = field(default_factory=dict)
+    steps: float = 0.0
+    step_seconds: float = 0.0
+    step_buckets: dict[float, float] = field(default_factory=dict)
+    codec_seconds: dict[str, float] = field(default_factory=dict)
+    instrumentation_seconds: dict[str, float] = field(default_factory=dict)
+    instrumentation_errors: dict[str, float] = field(default_factory=dict)
+    outstanding_bytes: float = 0.0
+    outstanding_keys: float = 0.0
+    guard: dict[str, float] | None = None
+    instance_id: str | None = None
+    timestamp: float = 0.0  # when scraped (file_sd) or sampled (Prometheus), Unix seconds
+
+    def counters(self) -> list[float]:
+        """Every cumulative value, in a fixed order per key set (for went_back)."""
+        out = [self.steps, self.step_seconds]
+        for op in sorted(self.ops):
+            o = self.ops[op]
+            out += [o.calls, o.seconds, o.errors, o.read_bytes, o.write_bytes, o.keys, o.missing]
+        out += [self.codec_seconds[k] for k in sorted(self.codec_seconds)]
+        out += [self.instrumentation_seconds[k] for k in sorted(self.instrumentation_seconds)]
+        return out
+
+    def went_back(self, prev: "ProcessTotals") -> bool:
+        """True when this cannot follow `prev` from the same process: another instance id,
+        a counter below its earlier value, or a series that was there and is gone."""
+        if self.instance_id and prev.instance_id and self.instance_id != prev.instance_id:
+            return True
+        if not set(prev.ops) <= set(self.ops) or not set(prev.codec_seconds) <= set(
+                self.codec_seconds):
+            return True
+        if self.steps < prev.steps or self.step_seconds < prev.step_seconds:
+            return True
+        for op, p in prev.ops.items():
+            n = self.ops[op]
+            if (n.calls < p.calls or n.seconds < p.seconds or n.errors < p.errors
+                    or n.bytes < p.bytes or n.keys < p.keys):
+                return True
+        if prev.guard and self.guard is None:
+            return True
+        return any(self.guard.get(k, 0) < v for k, v in (prev.guard or {}).items())
+
+
+# -- discovery -------------------------------------------------------------------------
+
+def targets(sd_dir: str, job: str | None = None) -> list[Target]:
+    """Every endpoint listed by the file_sd JSON files in sd_dir (one target per listed
+    address), optionally only those whose job label is `job`. Unreadable or malformed
+    files are skipped; a missing directory lists nothing."""
+    out = []
+    try:
+        entries = sorted(e for e in os.listdir(sd_dir) if e.endswith(".json"))
+    except OSError:
+        return []
+    btime, me = _boot_time(), boot_id()
+    for entry in entries:
+        path = os.path.join(sd_dir, entry)
+        try:
+            with open(path) as f:
+                doc = json.load(f)
+            groups = [(list(g["targets"]), dict(g.get("labels", {}))) for g in doc]
+        except (OSError, ValueError, TypeError, KeyError, AttributeError):
+            continue
+        inc, started, alive = _writer(path, entry, me, btime)
+        for addrs, labels in groups:
+            if job is not None and labels.get("job") != job:
+                continue
+            lab = tuple(sorted((str(k), str(v)) for k, v in labels.items()))
+            out += [Target(str(a), lab, path, inc, started, alive) for a in addrs]
+    return out
+
+
+def _writer(path: str, entry: str, me: str | None, btime: float | None):
+    """(incarnation, started_at, alive) from a dpobs file's name and lock."""
+    m = _OWNED.search(entry)
+    if m is None:
+        return None, None, None
+    inc = f"{m['boot']}.{m['start']}"
+    if m["boot"] != me:
+        return inc, None, None  # another kernel's file: its lock and clock mean nothing here
+    started = btime + int(m["start"]) / _CLK_TCK if btime is not None else None
+    return inc, started, _locked(path)
+
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _boot_time() -> float | None:
+    try:
+        with open("/proc/stat") as f:
+            for line in f:
+                if line.startswith("btime "):
+                    return float(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def _locked(path: str) -> bool | None:
+    """Whether the file's writer still holds its lock (filesd.py's liveness test). Taking
+    the lock for an instant on a dead writer's file is harmless: a sweeper that meets it
+    locked judges it again next time."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    except OSError:
+        return None  # a filesystem without locks: nobody can tell
+    finally:
+        os.close(fd)
+
+
+# -- parsing ---------------------------------------------------------------------------
+
+OP = "dpobs_client_operation_duration_seconds"
+_OP_COUNTERS = {"dpobs_client_operation_errors_total": "errors",
+                "dpobs_client_keys_total": "keys",
+                "dpobs_client_rows_missing_total": "missing"}
+_GUARD_KINDS = {f"dpobs_guard_rows_{k}_total": k
+                for k in ("recorded", "checked", "mismatched", "unverified")}
+
+
+def totals_from_samples(samples, timestamp: float = 0.0) -> ProcessTotals:
+    """One process's ProcessTotals from its samples: (name, labels, value) triples as the
+    exposition or a Prometheus query gives them (extra target labels are ignored)."""
+    t = ProcessTotals(timestamp=timestamp)
+    guard: dict[str, dict[str, float]] = {}
+    for name, labels, value in samples:
+        if name.startswith(OP):
+            _op_sample(t.ops.setdefault(labels.get("op", ""), OpTotals()), name[len(OP):],
+                       labels, value)
+        elif name in _OP_COUNTERS:
+            o = t.ops.setdefault(labels.get("op", ""), OpTotals())
+            setattr(o, _OP_COUNTERS[name], getattr(o, _OP_COUNTERS[name]) + value)
+        elif name == "dpobs_client_transferred_bytes_total":
+            o = t.ops.setdefault(labels.get("op", ""), OpTotals())
+            if labels.get("direction") == "read":
+                o.read_bytes += value
+            else:
+                o.write_bytes += value
+        elif name.startswith("dpobs_step_duration_seconds"):
+            _step_sample(t, name, labels, value)
+        elif name == "dpobs_codec_duration_seconds_sum":
+            _add(t.codec_seconds, labels.get("stage", ""), value)
+        elif name == "dpobs_instrumentation_time_seconds_total":
+            _add(t.instrumentation_seconds, labels.get("component", ""), value)
+        elif name == "dpobs_instrumentation_errors_total":
+            _add(t.instrumentation_errors, labels.get("component", ""), value)
+        elif name == "dpobs_client_outstanding_size_bytes":
+            t.outstanding_bytes += value
+        elif name == "dpobs_client_outstanding_keys":
+            t.outstanding_keys += value
+        elif name.startswith("dpobs_guard_"):
+            _guard_sample(guard, name, labels, value)
+        elif name == "target_info":
+            t.instance_id = labels.get("service_instance_id") or t.instance_id
+    if guard:
+        t.guard = dict(guard_flat(guard))
+    return t
+
+
+def _add(d: dict, key: str, value: float) -> None:
+    d[key] = d.get(key, 0.0) + value
+
+
+def _op_sample(o: OpTotals, suffix: str, labels: dict, value: float) -> None:
+    if suffix == "_count":
+        o.calls += value
+    elif suffix == "_sum":
+        o.seconds += value
+    elif suffix == "_bucket":
+        _add(o.buckets, float(labels["le"]), value)
+
+
+def _step_sample(t: ProcessTotals, name: str, labels: dict, value: float) -> None:
+    if name.endswith("_count"):
+        t.steps += value
+    elif name.endswith("_sum"):
+        t.step_seconds += value
+    elif name.endswith("_bucket"):
+        _add(t.step_buckets, float(labels["le"]), value)
+
+
+def _guard_sample(guard: dict, name: str, labels: dict, value: float) -> None:
+    if name in _GUARD_KINDS:
+        _add(guard.setdefault(_GUARD_KINDS[name], {}), labels.get("field", ""), value)
+    elif name == "dpobs_guard_fields_skipped_total":
+        _add(guard.setdefault("skipped", {}), labels.get("reason", ""), value)
+    elif name == "dpobs_guard_failures_total":
+        _add(guard.setdefault("failures", {}), labels.get("error_type", ""), value)
+
+
+def parse(text: str, timestamp: float = 0.0) -> ProcessTotals:
+    """ProcessTotals from a /metrics body (Prometheus text format).
+
+    Label sets are parsed by prometheus_client's parser and memoised: they are bounded by
+    design and repeat across scrapes and processes, and label parsing is nearly all of the
+    parser's time (a body of ~160 lines: ~4 ms through text_string_to_metric_families,
+    ~0.2 ms here). A line this reading does not understand falls back to the full parser
+    for the whole body."""
+    try:
+        return totals_from_samples(_samples(text), timestamp)
+    except ValueError:
+        return totals_from_samples(_full_samples(text), timestamp)
+
+
+_LABELS: dict[str, dict[str, str]] = {}
+_LABELS_MAX = 50_000
+
+
+def _samples(text: str):
+    """(name, labels, value) of the dpobs_* and target_info lines. A sample line is
+    `name{labels} value [timestamp]`; names hold no '{' and values or timestamps no '}',
+    so the first '{' and the last '}' delimit the labels."""
+    for line in text.split("\n"):
+        if not line.startswith(("dpobs_", "target_info")):
+            continue
+        brace = line.find("{")
+        if brace < 0:
+            name, _, rest = line.partition(" ")
+            labels = {}
+        else:
+            end = line.rindex("}")
+            name, key, rest = line[:brace], line[brace + 1:end], line[end + 1:]
+            labels = _LABELS.get(key)
+            if labels is None:
+                if len(_LABELS) >= _LABELS_MAX:
+                    _LABELS.clear()
+                labels = _LABELS[key] = parse_labels(key, False)
+        yield name, labels, float(rest.split()[0])
+
+
+def _full_samples(text: str):
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            yield s.name, s.labels, s.value
+
+
+# -- fetching --------------------------------------------------------------------------
+
+def tls_context(cafile: str | None = None, certfile: str | None = None,
+                keyfile: str | None = None) -> ssl.SSLContext:
+    """A client context for endpoints served over TLS: verifies them against `cafile`
+    (default: the system's CAs) and presents certfile/keyfile when they ask (mutual TLS)."""
+    ctx = ssl.create_default_context(cafile=cafile)
+    if certfile:
+        ctx.load_cert_chain(certfile, keyfile)
+    return ctx
+
+
+class ScrapeError(OSError):
+    pass
+
+
+def fetch(target: Target, timeout: float = 1.0,
+          ssl_context: ssl.SSLContext | None = None) -> str:
+    """The /metrics body of one target (https when ssl_context is given); raises OSError
+    (ScrapeError for a non-200 answer) on failure."""
+    host, _, port = target.address.rpartition(":")
+    host = host.strip("[]")
+    if ssl_context is not None:
+        conn = http.client.HTTPSConnection(host, int(port), timeout=timeout,
+                                           context=ssl_context)
+    else:
+        conn = http.client.HTTPConnection(host, int(port), timeout=timeout)
+    try:
+        conn.request("GET", "/metrics", headers={"Accept": "text/plain"})
+        r = conn.getresponse()
+        body = r.read()
+        if r.status != 200:
+            raise ScrapeError(f"{target.address}: HTTP {r.status}")
+        return body.decode()
+    finally:
+        conn.close()
+
+
+def scrape(target: Target, timeout: float = 1.0,
+           ssl_context: ssl.SSLContext | None = None) -> ProcessTotals:
+    """One target's ProcessTotals, timestamped when its answer arrived; raises on failure."""
+    body = fetch(target, timeout, ssl_context)
+    return parse(body, time.time())
+
+
+def scrape_all(targets: list[Target], timeout: float = 1.0,
+               ssl_context: ssl.SSLContext | None = None,
+               max_workers: int = 32) -> dict[Target, ProcessTotals | Exception]:
+    """Every target scraped in parallel: {target: ProcessTotals, or the exception that
+    stopped it}. Returns within about timeout (+ parsing) however many hang; a target still
+    unanswered at the deadline maps to TimeoutError. Never raises."""
+    out: dict[Target, ProcessTotals | Exception] = {}
+    if not targets:
+        return out
+    pool = ThreadPoolExecutor(min(max_workers, len(targets)),
+                              thread_name_prefix="dpobs-scrape")
+    try:
+        futures = {pool.submit(scrape, t, timeout, ssl_context): t for t in targets}
+        done, _ = wait(futures, timeout=timeout + 1.0)
+        for fut, t in futures.items():
+            if fut not in done:
+                fut.cancel()
+                out[t] = TimeoutError(f"{t.address}: no answer within {timeout} s")
+            elif fut.exception() is not None:
+                out[t] = fut.exception()
+            else:
+                out[t] = fut.result()
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+    return out
+
+
+def quantile(buckets: dict[float, float], q: float) -> float:
+    """histogram_quantile over cumulative buckets {le: count} (Prometheus's linear
+    interpolation inside a bucket; the lowest bucket starts at 0). NaN without observations;
+    the highest finite bound when the quantile falls in +Inf."""
+    bounds = sorted(buckets)
+    if not bounds or buckets[bounds[-1]] <= 0:
+        return math.nan
+    rank = q * buckets[bounds[-1]]
+    lo_b, lo_c = 0.0, 0.0
+    for b in bounds:
+        c = buckets[b]
+        if c >= rank:
+            if math.isinf(b):
+                return lo_b
+            return lo_b + (b - lo_b) * ((rank - lo_c) / (c - lo_c) if c > lo_c else 0.0)
+        lo_b, lo_c = b, c
+    return lo_b
