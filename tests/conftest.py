@@ -44,9 +44,10 @@ def scrape(tel) -> dict[tuple[str, frozenset], float]:
     return out
 
 
-def value(samples, name, **labels) -> float:
-    """The sample with exactly these labels (0.0 when absent, as a counter never incremented)."""
-    return samples.get((name, frozenset((k, str(v)) for k, v in labels.items())), 0.0)
+def value(samples, name, **labels) -> float | None:
+    """The sample with exactly these labels, or None when the series is absent: so that
+    `value(...) == 0` holds only for a series exported at 0, never for a missing one."""
+    return samples.get((name, frozenset((k, str(v)) for k, v in labels.items())))
 
 
 @pytest.fixture

@@ -351,3 +351,16 @@ def test_reconciliation_never_releases_puts_that_land_during_its_listing(tel):
     assert value(s, "dpobs_client_outstanding_keys") == 6 * per
     assert value(s, "dpobs_client_outstanding_size_bytes") == 6 * per * 8
     assert any(concurrent), "no reconciliation overlapped another: the test proved nothing"
+
+
+def test_zero_and_absent_series_are_told_apart(tel, client):
+    strict = value  # None for an absent series, so `== 0` cannot pass on one
+    s = scrape(tel)
+    assert strict(s, "dpobs_client_outstanding_keys") == 0  # exported at 0 from the start
+    assert strict(s, OPS, op="put") is None  # no put yet: no series, and not "0"
+    assert not (strict(s, OPS, op="put") == 0)
+    client.put_samples(["a"], "p", TensorDict({"x": torch.ones(1)}, batch_size=[1]))
+    client.clear_samples(None, "p")
+    s = scrape(tel)
+    assert strict(s, "dpobs_client_outstanding_size_bytes") == 0
+    assert strict(s, OPS, op="put") == 1 and strict(s, OPS, op="get") is None
