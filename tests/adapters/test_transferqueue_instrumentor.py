@@ -245,3 +245,40 @@ def test_client_classes_measured_sync_and_async(cluster, instrumentor):
     assert value(s2, "dpobs_client_outstanding_size_bytes") == 0
     assert not any(k[0].startswith(("dpobs_instrumentation_errors", "dpobs_client_operation_err",
                                     "dpobs_guard_failures")) for k in s2)
+
+
+def test_dpobs_starts_on_first_call_and_again_in_a_forked_child(tmp_path, monkeypatch):
+    from dpobs_otel.adapters.transferqueue_instrumentor import _PerProcess
+
+    for var in ("DPOBS_PORT", "DPOBS_VERIFY_TENSOR_HASH", "DPOBS_SD_DIR"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("DPOBS_ROLE", "forked")
+    listing = {"p": {"a": {}, "b": {}}}
+    module = types.SimpleNamespace(kv_list=lambda partition_id=None: listing)
+    per_process = _PerProcess(module, {"kv_list": module.kv_list})
+    assert per_process.started is None  # importing and instrumenting start nothing
+    try:
+        assert per_process.adapter().kv_list("p") == listing
+        parent = per_process.started
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: its first call starts its own dpobs
+            code = 1
+            try:
+                per_process.adapter().kv_list("p")
+                child = per_process.started
+                s = scrape(child)
+                os.write(w, json.dumps([child.endpoint, value(s, OPS, op="list")]).encode())
+                child.shutdown()
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(w)
+        with os.fdopen(r) as f:
+            child_endpoint, child_lists = json.loads(f.read() or "[null, 0]")
+        assert os.waitpid(pid, 0)[1] == 0
+        assert child_endpoint not in (None, parent.endpoint) and child_lists == 1
+        assert value(scrape(parent), OPS, op="list") == 1  # the child's call is not here
+        assert value(scrape(parent), KEYS, op="list") == 2
+    finally:
+        per_process.close()
