@@ -1,0 +1,195 @@
+"""tel.cluster_step_metrics(sd_dir) against the processes' own truth.
+
+Worker processes (cluster_step_worker.py) step on command and report the sum of their own
+tel.step_metrics() deltas; the driver (this process, itself one of the cluster) does the
+same. Between the driver's calls every worker has finished its steps, so the cluster dict
+must equal the sum of those per-step deltas over the processes alive at both calls: counts
+and bytes exactly, seconds to float rounding. Then the faults: a restart on the same port,
+a death mid-window, a newcomer, a listed endpoint that never answers, a clean exit.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from cluster_step_worker import step
+from tensordict import TensorDict
+
+import dpobs_otel as dpobs
+from dpobs_otel import cluster
+
+WORKER = Path(__file__).with_name("cluster_step_worker.py")
+JOB = "dpobs-cl"
+P = "dpobs/cluster/"
+COUNTS = ("calls", "errors")
+
+
+class Worker:
+    def __init__(self, sd: Path, role: str, rank: int, port: int = 0, guard: bool = False):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DPOBS_")}
+        argv = [sys.executable, str(WORKER), "--role", role, "--rank", str(rank),
+                "--port", str(port), "--sd-dir", str(sd)] + (["--guard"] if guard else [])
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True, env=env)
+        self.info = json.loads(self.proc.stdout.readline())
+
+    def steps(self, n: int, corrupt: bool = False) -> dict:
+        self.proc.stdin.write(f"steps {n}{' corrupt' if corrupt else ''}\n")
+        self.proc.stdin.flush()
+        return json.loads(self.proc.stdout.readline())
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=20)
+
+    def exit(self) -> None:
+        self.proc.stdin.write("exit\n")
+        self.proc.stdin.flush()
+        self.proc.wait(timeout=20)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.kill()
+
+
+class Driver:
+    """This process as one of the cluster, with the same truth as a worker's."""
+
+    def __init__(self, sd: Path):
+        self.tel = dpobs.start(role="driver", rank=0, job=JOB, port=0, sd_dir=str(sd))
+        self.raw = dpobs.InMemoryDataPlane()
+        self.client = self.tel.instrument(self.raw)
+        self.done = 0
+
+    def steps(self, n: int) -> dict:
+        total, last = {}, {}
+        for _ in range(n):
+            step(self.tel, self.client, self.raw, self.done, 4, False)
+            self.done += 1
+            last = self.tel.step_metrics()
+            for k, v in last.items():
+                total[k] = total.get(k, 0.0) + v
+        return {"sum": total, "last": last}
+
+
+def expected(reports: list[dict]) -> dict[str, float]:
+    """The cluster dict's additive keys from the processes' reports, summed."""
+    out: dict[str, float] = {}
+    for r in reports:
+        for k, v in r["sum"].items():
+            if k.endswith(("/share", "_frac", "max_latency_s", "outstanding_mb", "frac_of_step")):
+                continue
+            out[P + k[len("dpobs/"):]] = out.get(P + k[len("dpobs/"):], 0.0) + v
+    return out
+
+
+def assert_matches(got: dict, reports: list[dict]) -> None:
+    want = expected(reports)
+    additive = {k for k in got if not k.endswith(("/share", "_frac", "frac_of_step",
+                                                  "frac_of_step_max", "outstanding_mb",
+                                                  "scrape_s")) and "/processes" not in k}
+    assert additive == set(want), sorted(additive ^ set(want))
+    for k, v in want.items():
+        if k.endswith("/mb"):
+            assert round(got[k] * 1e6) == round(v * 1e6), k  # bytes, exactly
+        elif k.endswith(COUNTS) or k.endswith("/steps") or "/guard/" in k:
+            assert got[k] == v, (k, got[k], v)
+        else:  # seconds: the same float sums, differenced in another order
+            assert got[k] == pytest.approx(v, rel=1e-9, abs=1e-12), k
+    dp = {id(r): sum(v for k, v in r["sum"].items() if k.startswith("dpobs/op/")
+                     and k.endswith("/seconds")) for r in reports}
+    assert got[P + "frac_of_step"] == pytest.approx(
+        sum(dp.values()) / sum(r["sum"]["dpobs/step_s"] for r in reports), rel=1e-9)
+    assert got[P + "frac_of_step_max"] == pytest.approx(
+        max(dp[id(r)] / r["sum"]["dpobs/step_s"] for r in reports), rel=1e-9)
+    for op in {k.split("/")[3] for k in want if k.startswith(P + "op/")}:
+        assert got[f"{P}op/{op}/share"] == pytest.approx(
+            want[f"{P}op/{op}/seconds"] / want[P + "data_plane_s"], rel=1e-9)
+    assert round(got[P + "outstanding_mb"] * 1e6) == round(
+        sum(r["last"]["dpobs/outstanding_mb"] for r in reports) * 1e6)
+
+
+def counts(got: dict) -> tuple:
+    return tuple(int(got[P + k]) for k in ("processes", "processes_restarted", "processes_lost",
+                                           "processes_unreachable"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def sd(tmp_path, monkeypatch):
+    for var in [v for v in os.environ if v.startswith("DPOBS_")]:
+        monkeypatch.delenv(var)
+    return tmp_path / "sd"
+
+
+def test_cluster_dict_is_the_sum_of_each_process_own_step_deltas(sd):
+    driver = Driver(sd)
+    port = free_port()
+    workers = {"a": Worker(sd, "trainer", 0), "b": Worker(sd, "trainer", 1, guard=True),
+               "c": Worker(sd, "rollout", 0, port=port)}
+    silent = socket.socket()  # listed, accepts connections, never answers
+    try:
+        first = driver.tel.cluster_step_metrics(str(sd), timeout=0.5)
+        assert counts(first) == (4, 0, 0, 0)
+
+        # 1: everyone steps a different amount; one row corrupted behind the guard's back
+        r = [workers["a"].steps(3), workers["b"].steps(2, corrupt=True),
+             workers["c"].steps(4), driver.steps(1)]
+        got = driver.tel.cluster_step_metrics(str(sd), timeout=0.5)
+        assert counts(got) == (4, 0, 0, 0)
+        assert_matches(got, r)
+        # both reads of the step fetch the rewritten row's obs
+        assert got[P + "guard/rows_mismatched"] == 2 and got[P + "steps"] == 10
+
+        # 2: the rollout restarts on the same port mid-window: it counts from its restart
+        workers["c"].steps(2)
+        workers["c"].kill()
+        workers["c"] = Worker(sd, "rollout", 0, port=port)
+        r = [workers["c"].steps(3), workers["a"].steps(1), workers["b"].steps(1),
+             driver.steps(1)]
+        got = driver.tel.cluster_step_metrics(str(sd), timeout=0.5)
+        assert counts(got) == (4, 1, 0, 0)
+        assert_matches(got, r)
+
+        # 3: trainer 0 dies mid-window (left out), a newcomer counts from its start, and a
+        # listed endpoint never answers
+        workers["a"].steps(2)
+        workers["a"].kill()
+        workers["d"] = Worker(sd, "trainer", 2)
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        (sd / "silent.json").write_text(json.dumps(
+            [{"targets": ["127.0.0.1:%d" % silent.getsockname()[1]],
+              "labels": {"job": JOB, "role": "stuck", "rank": "0"}}]))
+        r = [workers["d"].steps(2), workers["b"].steps(1), workers["c"].steps(1),
+             driver.steps(2)]
+        got = driver.tel.cluster_step_metrics(str(sd), timeout=0.5)
+        assert counts(got) == (4, 0, 1, 1)
+        assert_matches(got, r)
+        assert P + "guard/rows_checked" in got
+
+        # 4: the guarded process exits cleanly: lost, and with it the guard keys (absent,
+        # not zero, when no summed process ran the guard)
+        workers["b"].exit()
+        r = [workers["c"].steps(1), workers["d"].steps(1), driver.steps(1)]
+        got = driver.tel.cluster_step_metrics(str(sd), timeout=0.5)
+        assert counts(got) == (3, 0, 1, 1)
+        assert_matches(got, r)
+        assert not [k for k in got if "/guard/" in k]
+    finally:
+        silent.close()
+        for w in workers.values():
+            w.close()
+        driver.tel.shutdown()
