@@ -112,7 +112,7 @@ def test_same_exception_object_reaches_the_caller(tel):
 def test_sizing_failure_keeps_the_op_timed_and_counted(tel, client, monkeypatch):
     def broken(_):
         raise ZeroDivisionError("bug in dpobs")
-    monkeypatch.setattr(client_mod, "field_nbytes", broken)
+    monkeypatch.setattr(client_mod, "field_nbytes", broken, raising=False)
     monkeypatch.setattr(client_mod, "payload_nbytes", broken)
     td, _ = _batch(3, 2)
     with tel.step():
@@ -322,35 +322,47 @@ def test_put_with_tags_only_keeps_keys_live(tel, client):
 
 def test_reconciliation_never_releases_puts_that_land_during_its_listing(tel):
     class SlowList(dpobs.InMemoryDataPlane):
+        """A listing that takes 5 ms, and a record of what overlapped it."""
+        def __init__(self):
+            super().__init__()
+            self.listing, self.most_at_once, self.puts_during = 0, 0, 0
+            self.guard = threading.Lock()
+
         def list_sample_ids(self, pid):
-            ids = super().list_sample_ids(pid)
-            time.sleep(0.005)  # another thread's put lands while this listing is in flight
-            return ids
-    c = tel.instrument(SlowList())
+            with self.guard:
+                self.listing += 1
+                self.most_at_once = max(self.most_at_once, self.listing)
+            try:
+                ids = super().list_sample_ids(pid)
+                time.sleep(0.005)  # other threads' puts land while this listing is in flight
+                return ids
+            finally:
+                with self.guard:
+                    self.listing -= 1
+
+        def put_samples(self, *args, **kwargs):
+            with self.guard:
+                self.puts_during += self.listing > 0
+            return super().put_samples(*args, **kwargs)
+    store = SlowList()
+    c = tel.instrument(store)
     c._reconcile_rows = 8
     per = 400
     row = TensorDict({"x": torch.ones(1, 2)}, batch_size=[1])
-    concurrent = []
 
     def work(t):
         for i in range(per):
             c.put_samples([f"{t}-{i}"], "p", row)
-
-    real = c._reconcile
-
-    def counting():
-        concurrent.append(c._reconciling)
-        real()
-    c._reconcile = counting
     threads = [threading.Thread(target=work, args=(t,)) for t in range(6)]
     for th in threads:
         th.start()
     for th in threads:
         th.join()
+    assert store.puts_during > 0, "no put overlapped a listing: the test proved nothing"
     s = scrape(tel)
     assert value(s, "dpobs_client_outstanding_keys") == 6 * per
     assert value(s, "dpobs_client_outstanding_size_bytes") == 6 * per * 8
-    assert any(concurrent), "no reconciliation overlapped another: the test proved nothing"
+    assert store.most_at_once == 1  # never two reconciliations (listings) at once
 
 
 def test_zero_and_absent_series_are_told_apart(tel, client):
