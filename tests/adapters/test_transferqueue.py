@@ -97,6 +97,17 @@ def batch(n: int, seed: int) -> TensorDict:
     }, batch_size=[n])
 
 
+def test_ray_runs_on_loopback_without_dashboard_or_usage_stats(cluster):
+    import ray
+
+    # Off the namespace too, Ray must not carry its traffic over another interface, probe
+    # the cloud metadata service (usage stats) or serve a dashboard.
+    assert cluster.ray_address.split(":")[0] == "127.0.0.1"
+    assert {n["NodeManagerAddress"] for n in ray.nodes()} == {"127.0.0.1"}
+    assert os.environ.get("RAY_USAGE_STATS_ENABLED") == "0"
+    assert ray._private.worker.global_worker.node.address_info.get("webui_url") in (None, "")
+
+
 # -- 1. every op, exact numbers on /metrics ---------------------------------------------
 @pytest.mark.parametrize("guard", [False, True], ids=["plain", "guard"])
 def test_put_get_list_clear_exact_on_metrics(cluster, make_tel, guard):

@@ -26,7 +26,10 @@ importing this module is free in environments without them.
 
 Loopback only: Ray binds 127.0.0.1 (its own traffic never uses the machine's other
 interfaces), runs no dashboard, and its usage stats are off (they probe the cloud metadata
-service, 169.254.169.254). `LOOPBACK_ENV` carries the same switches to child processes.
+service, 169.254.169.254). `_node_ip_address="127.0.0.1"` alone does not do it: Ray turns a
+loopback address into the machine's reachable one unless it runs in its local-only mode
+(RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, read when ray is imported). `LOOPBACK_ENV` holds these
+switches; importing this module sets them, and children inherit them.
 
 Run ``python tests/adapters/tq_harness.py`` for a self-check (starter + child process).
 """
@@ -48,7 +51,8 @@ NUM_CPUS = 2  # logical; exactly controller + one unit.  Raise it if tests add a
 
 LOOPBACK_IP = "127.0.0.1"
 # Environment for every process that starts or joins Ray here (set before `import ray`).
-LOOPBACK_ENV = {"RAY_USAGE_STATS_ENABLED": "0"}
+LOOPBACK_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+os.environ.update(LOOPBACK_ENV)
 
 _started_here = False  # True only in the process whose start() created the TQ actors
 _attached_here = False
