@@ -87,7 +87,14 @@ def test_chunking_does_not_change_digests(monkeypatch):
     before = digests(nt, IDS[:7]), digests(dense, IDS[:7]), digests(long_rows, IDS[:3])
     monkeypatch.setattr(sums, "CPU_CHUNK_WORDS", sums.BLOCK)
     monkeypatch.setattr(sums, "GATHER_ROWS", 2)
-    assert (digests(nt, IDS[:7]), digests(dense, IDS[:7]), digests(long_rows, IDS[:3])) == before
+    threads = torch.get_num_threads()
+    try:
+        for n in (1, 2):  # one intra-op thread: SERIAL_FACTOR times larger chunks
+            torch.set_num_threads(n)
+            assert (digests(nt, IDS[:7]), digests(dense, IDS[:7]),
+                    digests(long_rows, IDS[:3])) == before
+    finally:
+        torch.set_num_threads(threads)
     assert before[0] == reference(rows, IDS[:7])
     assert before[2] == reference(list(long_rows.unbind(0)), IDS[:3])
 
