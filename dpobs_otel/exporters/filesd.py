@@ -10,7 +10,9 @@ judges only files of its own boot. The lock works across PID namespaces (a Kuber
 sidecar sees none of its pod's other containers' processes, but shares their kernel),
 where a pid in the name would not. `<start>` (the writer's start time in clock ticks since
 boot) makes the name unique to one process for the life of the boot, so a reused pid can
-never pick up or overwrite an old file.
+never pick up or overwrite an old file. Children forked by the process (data loader
+workers) share the locked descriptor, so a file outlives its writer while they live: kept
+too long, never removed too early.
 """
 from __future__ import annotations
 
