@@ -7,9 +7,9 @@
 A `Target` is one listed endpoint: its address ("host:port", Prometheus's `instance`), its
 file_sd labels (job, role, rank, and node when present), and what the file's name says about
 its writer (see exporters/filesd.py): `incarnation` ("<boot id>.<start ticks>": a new value
-for the same `process` key means the process restarted), `started_at` (wall-clock start, when
-the file is from this boot) and `alive` (False when nobody holds the file's lock: its writer
-died without removing it, e.g. SIGKILL; None when that cannot be told).
+for the same `process` key means the process restarted) and `alive` (False when nobody holds
+the file's lock: its writer died without removing it, e.g. SIGKILL; None when that cannot be
+told: another boot's file, a file without dpobs's name, or a filesystem without locks).
 
 A `ProcessTotals` is one process's cumulative counters at one moment, parsed with
 prometheus_client's text parser: per op (`OpTotals`) calls, seconds, errors, bytes read and
@@ -54,7 +54,6 @@ class Target:
     labels: tuple[tuple[str, str], ...]  # sorted file_sd labels
     file: str | None = None
     incarnation: str | None = None
-    started_at: float | None = None
     alive: bool | None = None
 
     def label(self, name: str, default: str = "") -> str:
@@ -140,7 +139,7 @@ def targets(sd_dir: str, job: str | None = None) -> list[Target]:
         entries = sorted(e for e in os.listdir(sd_dir) if e.endswith(".json"))
     except OSError:
         return []
-    btime, me = _boot_time(), boot_id()
+    me = boot_id()
     for entry in entries:
         path = os.path.join(sd_dir, entry)
         try:
@@ -149,39 +148,24 @@ def targets(sd_dir: str, job: str | None = None) -> list[Target]:
             groups = [(list(g["targets"]), dict(g.get("labels", {}))) for g in doc]
         except (OSError, ValueError, TypeError, KeyError, AttributeError):
             continue
-        inc, started, alive = _writer(path, entry, me, btime)
+        inc, alive = _writer(path, entry, me)
         for addrs, labels in groups:
             if job is not None and labels.get("job") != job:
                 continue
             lab = tuple(sorted((str(k), str(v)) for k, v in labels.items()))
-            out += [Target(str(a), lab, path, inc, started, alive) for a in addrs]
+            out += [Target(str(a), lab, path, inc, alive) for a in addrs]
     return out
 
 
-def _writer(path: str, entry: str, me: str | None, btime: float | None):
-    """(incarnation, started_at, alive) from a dpobs file's name and lock."""
+def _writer(path: str, entry: str, me: str | None):
+    """(incarnation, alive) from a dpobs file's name and lock."""
     m = _OWNED.search(entry)
     if m is None:
-        return None, None, None
+        return None, None
     inc = f"{m['boot']}.{m['start']}"
     if m["boot"] != me:
-        return inc, None, None  # another kernel's file: its lock and clock mean nothing here
-    started = btime + int(m["start"]) / _CLK_TCK if btime is not None else None
-    return inc, started, _locked(path)
-
-
-_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
-def _boot_time() -> float | None:
-    try:
-        with open("/proc/stat") as f:
-            for line in f:
-                if line.startswith("btime "):
-                    return float(line.split()[1])
-    except OSError:
-        pass
-    return None
+        return inc, None  # another kernel's file: its lock means nothing here
+    return inc, _locked(path)
 
 
 def _locked(path: str) -> bool | None:

@@ -193,3 +193,52 @@ def test_cluster_dict_is_the_sum_of_each_process_own_step_deltas(sd):
         for w in workers.values():
             w.close()
         driver.tel.shutdown()
+
+
+def test_breakdown_rows_worst_first_with_bucket_bounded_max():
+    inf = float("inf")
+    slow = scrape_totals({"get": (2, 0.004, {0.001: 0, 0.0025: 1, 0.005: 2, inf: 2}),
+                          "put": (1, 0.02, {0.01: 0, 0.025: 1, inf: 1})})
+    fast = scrape_totals({"get": (3, 0.003, {0.001: 3, 0.0025: 3, 0.005: 3, inf: 3}),
+                          "put": (0, 0.0, {0.01: 0, 0.025: 0, inf: 0}),
+                          "list": (1, 40.0, {30.0: 0, inf: 1})})
+    w = cluster.Window({("j", "", "h:1", "trainer", "0"): (
+        {"role": "trainer", "rank": "0"}, slow), ("j", "", "h:2", "rollout", "5"): (
+        {"role": "rollout", "rank": "5"}, fast)})
+    columns, rows = cluster.breakdown(w)
+    assert columns == list(cluster.COLUMNS)
+    by = {r[0]: dict(zip(columns, r)) for r in rows}
+    assert [r[0] for r in rows] == ["list", "put", "get"]  # most seconds first
+    assert by["get"]["calls"] == 5 and by["get"]["mean_ms"] == pytest.approx(1.4)
+    assert by["get"]["max_ms"] == 5.0  # the slowest get fell in (2.5 ms, 5 ms]
+    assert (by["get"]["slowest_role"], by["get"]["slowest_rank"]) == ("trainer", "0")
+    assert by["get"]["slowest_mean_ms"] == pytest.approx(2.0)
+    assert by["put"]["max_ms"] == 25.0 and by["put"]["slowest_role"] == "trainer"
+    assert by["list"]["max_ms"] is None  # slower than the last finite bound: unknown
+    assert sum(r[5] for r in rows) == pytest.approx(1.0)
+    assert by["get"]["share"] == pytest.approx(0.007 / 40.027)
+
+
+def scrape_totals(ops: dict) -> "cluster.ProcessTotals":
+    from dpobs_otel.scrape import OpTotals, ProcessTotals
+    return ProcessTotals(ops={op: OpTotals(calls=c, seconds=s, buckets=dict(bk))
+                              for op, (c, s, bk) in ops.items()}, steps=1, step_seconds=50.0)
+
+
+def test_never_raises_into_the_step(sd, monkeypatch):
+    driver = Driver(sd)
+    try:
+        driver.steps(1)
+        got = driver.tel.cluster_step_metrics(str(sd))
+        cols, rows = driver.tel.cluster_breakdown(str(sd))
+        calls = {r[0]: r[1] for r in rows}
+        assert calls == {op: got[f"{P}op/{op}/calls"] for op in calls} and len(calls) == 4
+        assert driver.tel.cluster_step_metrics(str(sd / "nowhere"))[P + "processes"] == 0
+
+        def broken(self):
+            raise RuntimeError("boom")
+        monkeypatch.setattr(cluster.FileSDSource, "read", broken)
+        assert driver.tel.cluster_step_metrics(str(sd)) == {}
+        assert driver.tel.stats.instr_errors["cluster"] == 1
+    finally:
+        driver.tel.shutdown()
