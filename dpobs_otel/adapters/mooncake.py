@@ -37,17 +37,19 @@ from ..stores.memory import _assemble, _check_ids, _selected_keys, _split_column
 from .mooncake_index import PartitionIndex
 from .mooncake_leases import DeferredRemovals
 from .mooncake_store import (HAS_LEASE, NOT_FOUND, InstrumentedMooncakeStore, MooncakeError,
-                             instrument_store)
+                             instrument_store, mooncake_error)
 
 __all__ = ["MooncakeDataPlane", "MooncakeError", "InstrumentedMooncakeStore",
            "instrument_store"]
 
 # Kinds of a stored value, as the manifest records them.
 TENSOR, SCALAR, OBJECT, RAW = 0, 1, 2, 3  # RAW: [3, dtype, shape], bytes in a uint8 tensor
-# What put_tensor keeps with dtype and shape (0.3.13; complex and the rest are refused).
+# What put_tensor keeps with dtype and shape (0.3.13, each checked; complex and the fnuz
+# float8s are refused with -600).
 NATIVE_DTYPES = frozenset({torch.float32, torch.float64, torch.float16, torch.bfloat16,
                            torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8,
-                           torch.bool, torch.float8_e4m3fn, torch.float8_e5m2})
+                           torch.uint16, torch.uint32, torch.uint64, torch.bool,
+                           torch.float8_e4m3fn, torch.float8_e5m2})
 TOMBSTONE = msgpack.packb(None)  # a cleared row whose manifest is still leased
 REREAD_S = 0.002  # before reading a key that was absent once more
 
@@ -221,8 +223,8 @@ class MooncakeDataPlane:
             self._deferred.add(leased)
         failed = [(k, c) for k, c in zip(keys, codes) if c not in (0, NOT_FOUND, HAS_LEASE)]
         if failed:
-            raise MooncakeError(failed[0][1], f"remove of {failed[0][0]!r} "
-                                              f"({len(failed)} keys failed)")
+            raise mooncake_error(failed[0][1], f"remove of {failed[0][0]!r} "
+                                               f"({len(failed)} keys failed)")
 
     def list_sample_ids(self, partition_id) -> list[str]:
         return list(self._index.live(_esc(partition_id)))
@@ -286,8 +288,8 @@ def _check(codes, keys) -> None:
     """Raise MooncakeError on the first negative code (an int or a list of them)."""
     if isinstance(codes, int):
         if codes < 0:
-            raise MooncakeError(codes, f"{len(keys)} keys, first {keys[0]!r}")
+            raise mooncake_error(codes, f"{len(keys)} keys, first {keys[0]!r}")
         return
     for key, code in zip(keys, codes):
         if code < 0:
-            raise MooncakeError(code, f"key {key!r}")
+            raise mooncake_error(code, f"key {key!r}")

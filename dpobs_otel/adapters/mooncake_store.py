@@ -29,7 +29,8 @@ import torch
 from ..client import InstrumentedClient
 from ..sizing import tensor_nbytes
 
-__all__ = ["MooncakeError", "InstrumentedMooncakeStore", "instrument_store", "error_type"]
+__all__ = ["MooncakeError", "InstrumentedMooncakeStore", "instrument_store", "error_type",
+           "mooncake_error"]
 
 # The one occupancy "partition" and "field" raw keys live under (Occupancy's vocabulary).
 RAW_PARTITION = ""
@@ -48,7 +49,9 @@ def error_type(code: int) -> str:
 
 
 class MooncakeError(RuntimeError):
-    """A Mooncake call returned a negative code (MooncakeDataPlane raises these)."""
+    """A Mooncake call returned a negative code. MooncakeDataPlane raises these through
+    `mooncake_error`, whose subclass per code is named by `error_type` ("MooncakeError-706"),
+    so the core's error_type label (the exception's class name) carries the code too."""
 
     def __init__(self, code: int, what: str = ""):
         self.code = code
@@ -57,7 +60,19 @@ class MooncakeError(RuntimeError):
         super().__init__(f"Mooncake {name} ({code}){': ' + what if what else ''}")
 
     def __reduce__(self):  # picklable (to a parent process) with its code, not its text
-        return type(self), (self.code, self.what)
+        return mooncake_error, (self.code, self.what)
+
+
+_ERROR_CLASSES: dict[str, type] = {}
+
+
+def mooncake_error(code: int, what: str = "") -> MooncakeError:
+    """A MooncakeError of the subclass named for `code` (created once per label)."""
+    name = error_type(code)
+    cls = _ERROR_CLASSES.get(name)
+    if cls is None:
+        cls = _ERROR_CLASSES[name] = type(name, (MooncakeError,), {"__module__": __name__})
+    return cls(code, what)
 
 
 _NBYTES = attrgetter("nbytes")

@@ -93,7 +93,9 @@ def test_uniform_jagged_rows_come_back_dense(dp):
 
 
 DTYPES = [torch.float32, torch.bfloat16, torch.bool, torch.int64, torch.float8_e4m3fn,
-          torch.complex64, torch.uint8, torch.float16, torch.int32, torch.float64]
+          torch.complex64, torch.uint8, torch.float16, torch.int32, torch.float64,
+          torch.int16, torch.int8, torch.float8_e5m2, torch.uint16, torch.uint32, torch.uint64,
+          torch.complex128, torch.float8_e4m3fnuz]
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -366,6 +368,18 @@ def test_protocol_workload_counts_and_bytes_are_exact(tel, dp):
     with pytest.raises(KeyError):
         client.get_samples(["ghost"], "train")
     assert value(scrape(tel), ERRORS, op="get", error_type="KeyError") == 1
+
+
+def test_a_code_the_plane_raises_is_counted_with_the_code(tel, store):
+    class Refusing(_Blinking):
+        def upsert_batch(self, keys, values):
+            return -800  # TRANSFER_FAIL
+
+    client = tel.instrument(MooncakeDataPlane(Refusing(store, None), namespace="refusing"))
+    with pytest.raises(MooncakeError) as info:
+        client.put_samples(["a"], "p", TensorDict({"x": torch.ones(1)}, [1]))
+    assert info.value.code == -800 and type(info.value).__name__ == "MooncakeError-800"
+    assert value(scrape(tel), ERRORS, op="put", error_type="MooncakeError-800") == 1
 
 
 def test_raw_store_ops_exact_bytes_codes_and_misses(tel, store):
