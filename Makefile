@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	# torch first and pinned: an unpinned resolve pulls a multi-GB CUDA build.
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[test,dashboards,transferqueue,mooncake,instrument]'
+	$(BIN)/pip install -q -e '.[test,dashboards,transferqueue,mooncake,instrument,top]'
 	touch $(STAMP)
 
 $(WHEEL_STAMP): pyproject.toml $(STAMP)

@@ -13,16 +13,22 @@ COMMANDS = {
     "dashboards": ("dpobs_otel.mixin.grafana", "write the Grafana dashboards as JSON"),
     "kubernetes": ("dpobs_otel.mixin.kubernetes", "write the Kubernetes manifests"),
     "agent": ("dpobs_otel.exporters.agent", "run the per-node Prometheus agent (remote write)"),
+    "top": ("dpobs_otel.top.command", "a live terminal view of the answers (no Grafana)"),
 }
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="dpobs", description="data-plane observability")
-    subs = parser.add_subparsers(dest="command", required=True)
+    # The command list is written here, one line each: argparse's own wraps at 80 columns.
+    listing = "\n".join(f"  {name:<12}{text}" for name, (_, text) in COMMANDS.items())
+    parser = argparse.ArgumentParser(prog="dpobs", description="data-plane observability\n\n"
+                                     f"commands:\n{listing}",
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    subs = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                 help="one of the commands above; COMMAND --help for more")
     argv = sys.argv[1:] if argv is None else argv
     wanted = argv[0] if argv else None
     for name, (module, helptext) in COMMANDS.items():
-        sub = subs.add_parser(name, help=helptext)
+        sub = subs.add_parser(name, description=helptext)
         if name == wanted:  # import only the module that will run
             mod = importlib.import_module(module)
             mod.add_arguments(sub)

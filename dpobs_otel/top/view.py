@@ -1,0 +1,116 @@
+"""One frame of `dpobs top`, drawn with rich: a header, the jobs' answers, each job's ops,
+the processes worst first, the firing alerts. Numbers have fixed units per column (%, ms,
+MB/s, MB) so a frame reads, and parses, the same every refresh; a missing answer is '-'."""
+from __future__ import annotations
+
+import time
+
+from rich import box
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from .model import Answers
+
+MB = 1e6
+DASH = "-"
+SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
+
+
+def pct(x: float | None) -> str:
+    return DASH if x is None else f"{x:.1%}"
+
+
+def ms(x: float | None) -> str:
+    return DASH if x is None else f"{x * 1e3:.2f}"
+
+
+def mb(x: float | None) -> str:
+    return DASH if x is None else f"{x / MB:.2f}"
+
+
+def count(x: float | None) -> str:
+    return DASH if x is None else f"{x:.0f}"
+
+
+def rate(x: float | None) -> str:
+    return DASH if x is None else f"{x:.1f}"
+
+
+def _window(s: float | None) -> str:
+    if s is None:
+        return "window filling"
+    return f"window {s / 60:.0f}m" if s >= 120 else f"window {s:.0f}s"
+
+
+def _table(title: str, *columns: str) -> Table:
+    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
+              title_style="bold")
+    for i, c in enumerate(columns):
+        t.add_column(c, justify="left" if i < 2 or c in ("instance", "node", "state", "role")
+                     else "right", no_wrap=True)
+    return t
+
+
+def header(a: Answers, every_s: float | None) -> Text:
+    stamp = time.strftime("%H:%M:%S", time.localtime(a.taken_at))
+    refresh = f" · every {every_s:g}s · Ctrl-C quits" if every_s else ""
+    return Text.assemble(("dpobs top", "bold"), f" · {a.source} · {_window(a.window_s)}"
+                         f" · {stamp}{refresh}")
+
+
+def jobs_table(a: Answers) -> Table:
+    t = _table("Jobs", "job", "frac_of_step", "slowest proc", "read MB/s", "write MB/s",
+               "outstanding MB", "guard checked", "mismatched")
+    for j in a.jobs:
+        bad = j.guard_mismatched is not None and j.guard_mismatched > 0
+        t.add_row(j.job, pct(j.frac_of_step), pct(j.max_frac_of_step),
+                  mb(j.read_bytes_per_s), mb(j.write_bytes_per_s), mb(j.outstanding_bytes),
+                  count(j.guard_checked),
+                  Text(count(j.guard_mismatched), style="bold red" if bad else ""))
+    return t
+
+
+def ops_table(a: Answers) -> Table:
+    t = _table("Ops (share of data-plane time, latency from histogram buckets)",
+               "job", "op", "share", "ops/s", "mean ms", "p90 ms", "p99 ms")
+    for j in a.jobs:
+        for o in j.ops:
+            t.add_row(j.job, o.op, pct(o.share), rate(o.ops_per_s), ms(o.mean_s), ms(o.p90_s),
+                      ms(o.p99_s))
+    return t
+
+
+def processes_table(a: Answers) -> Table:
+    t = _table("Processes, worst frac_of_step first", "job", "role", "rank", "node",
+               "instance", "frac_of_step", "state")
+    for p in a.processes:
+        state = Text("up", style="green") if p.up else Text(
+            "DOWN" + (f" ({p.error})" if p.error else ""), style="bold red")
+        t.add_row(p.job, p.role, p.rank or DASH, p.node or DASH, p.instance,
+                  pct(p.frac_of_step), state)
+    return t
+
+
+def alerts_text(a: Answers) -> Text:
+    if a.alerts is None:
+        return Text("Alerts: only with --prometheus URL (this source has no rule engine)",
+                    style="dim")
+    if not a.alerts:
+        return Text("Alerts firing: none", style="green")
+    out = Text("Alerts firing:\n", style="bold")
+    for al in a.alerts:
+        where = " ".join(f"{k}={v}" for k, v in sorted(al.labels.items())
+                         if k in ("job", "role", "rank", "instance", "op", "field", "node"))
+        out.append(f"  {al.name}", style=SEVERITY_STYLE.get(al.severity, "bold"))
+        out.append(f" {al.severity} {where}".rstrip() + (f": {al.summary}" if al.summary
+                                                          else "") + "\n")
+    return out
+
+
+def frame(a: Answers, every_s: float | None = None) -> Group:
+    parts = [header(a, every_s)]
+    if a.error:
+        parts.append(Text(f"source error: {a.error}", style="bold red"))
+    parts += [jobs_table(a), ops_table(a), processes_table(a), alerts_text(a)]
+    return Group(*parts)

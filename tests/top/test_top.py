@@ -1,0 +1,303 @@
+"""`dpobs top`: the file_sd source against live endpoints whose ops the test scripts (counts and
+bytes exact; times against the test's own clock; quantiles against the bucket each call must
+land in), unreachable and hanging endpoints shown as down; a Prometheus that is not there;
+and the live view under tmux against the demo's stack, its pane compared with the recording
+rules queried from the same Prometheus (the workload paused while comparing)."""
+from __future__ import annotations
+
+import io
+import json
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+import dpobs_otel as dpobs
+from dpobs_otel.top.direct import DirectSource
+from dpobs_otel.top.prometheus import PrometheusSource
+from dpobs_otel.top.view import frame
+
+JOB = "toptest"
+PART = "p"
+ROWS, WIDTH = 4, 1000  # rows per put, float32 values per row
+PUT_SLEEP, GET_SLEEP, STEP_SLEEP = 0.065, 0.03, 0.03
+# Each call's bucket (names.OP_BUCKETS): the sleeps sit well inside these bounds, far from
+# the upper one (a busy machine adds milliseconds, never takes them away).
+PUT_BUCKET, GET_BUCKET = (0.05, 0.1), (0.025, 0.05)
+N_STEPS = 6  # rollout: one put per step; trainer: two gets per step
+
+
+def text(answers, width: int = 160) -> str:
+    from rich.console import Console
+    buf = io.StringIO()
+    Console(file=buf, width=width, color_system=None).print(frame(answers))
+    return buf.getvalue()
+
+
+def table(shown: str, title: str) -> list[dict[str, str]]:
+    """The rows of one table of a frame, as {column header: cell} (cells are separated by
+    at least two spaces; headers and cells hold at most single spaces)."""
+    lines = shown.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(title))
+    rule = next(i for i in range(start, len(lines)) if lines[i].strip().startswith("─"))
+    cols = re.split(r"\s{2,}", lines[rule - 1].strip())
+    rows = []
+    for line in lines[rule + 1:]:
+        if not line.strip():
+            break
+        rows.append(dict(zip(cols, re.split(r"\s{2,}", line.strip()), strict=True)))
+    return rows
+
+
+class Slow:
+    """The shared store, with a fixed service time per op (so shares and latencies are known)."""
+
+    def __init__(self, inner, put_s: float, get_s: float):
+        self.inner, self.put_s, self.get_s = inner, put_s, get_s
+
+    def put_samples(self, *a, **kw):
+        time.sleep(self.put_s)
+        return self.inner.put_samples(*a, **kw)
+
+    def get_samples(self, *a, **kw):
+        time.sleep(self.get_s)
+        return self.inner.get_samples(*a, **kw)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+class Clock:
+    """The test's own truth: outer wall time around each measured call and step."""
+
+    def __init__(self):
+        self.calls: dict[str, list[float]] = {}
+        self.steps = {"rollout": 0.0, "trainer": 0.0}
+
+    def call(self, op: str, fn, *a):
+        t0 = time.perf_counter()
+        out = fn(*a)
+        self.calls.setdefault(op, []).append(time.perf_counter() - t0)
+        return out
+
+
+def refused_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed again: connecting is refused
+
+
+def list_target(sd: Path, name: str, address: str, role: str) -> None:
+    doc = [{"targets": [address], "labels": {"job": JOB, "role": role, "rank": "0"}}]
+    (sd / f"{name}.json").write_text(json.dumps(doc))
+
+
+@pytest.fixture
+def cluster(tmp_path, monkeypatch):
+    """A rollout and a trainer (each its own Telemetry and endpoint, listed in file_sd), one
+    shared store, one warm-up step each (so every series exists before top's first scrape)."""
+    for var in ("DPOBS_ROLE", "DPOBS_RANK", "DPOBS_PORT", "DPOBS_HOST", "DPOBS_SD_DIR",
+                "DPOBS_JOB", "DPOBS_VERIFY_TENSOR_HASH"):
+        monkeypatch.delenv(var, raising=False)
+    sd = tmp_path / "sd"
+    store = dpobs.InMemoryDataPlane()
+    store.register_partition(PART)
+    tels = {role: dpobs.start(role=role, rank=0, job=JOB, sd_dir=str(sd), port=0,
+                              verify_tensor_hash=True) for role in ("rollout", "trainer")}
+    c = {"sd": sd, "store": store, "tels": tels,
+         "rollout": tels["rollout"].instrument(Slow(store, PUT_SLEEP, GET_SLEEP)),
+         "trainer": tels["trainer"].instrument(Slow(store, PUT_SLEEP, GET_SLEEP))}
+    run_steps(c, "w", 1, Clock())
+    yield c
+    for t in tels.values():
+        t.shutdown()
+
+
+def batch(step: str) -> TensorDict:
+    g = torch.Generator().manual_seed(hash(step) % 1000)
+    return TensorDict({"x": torch.randn(ROWS, WIDTH, generator=g)}, batch_size=[ROWS])
+
+
+def ids(step: str) -> list[str]:
+    return [f"{step}-{i}" for i in range(ROWS)]
+
+
+def run_steps(c: dict, tag: str, n: int, clock: Clock, corrupt_at: int | None = None) -> None:
+    """n steps in lockstep: the rollout puts a batch, the trainer reads it twice. corrupt_at:
+    an uninstrumented writer rewrites one row of that step between the put and the reads."""
+    tels = c["tels"]
+    for i in range(n):
+        step = f"{tag}{i}"
+        t0 = time.perf_counter()
+        with tels["rollout"].step():
+            clock.call("put", c["rollout"].put_samples, ids(step), PART, batch(step))
+            time.sleep(STEP_SLEEP)
+        clock.steps["rollout"] += time.perf_counter() - t0
+        if i == corrupt_at:
+            bad = TensorDict({"x": torch.zeros(1, WIDTH)}, batch_size=[1])
+            c["store"].put_samples(ids(step)[:1], PART, bad)
+        t0 = time.perf_counter()
+        with tels["trainer"].step():
+            for _ in range(2):
+                clock.call("get", c["trainer"].get_samples, ids(step), PART)
+        clock.steps["trainer"] += time.perf_counter() - t0
+
+
+def quantile_in(bucket: tuple[float, float], q: float) -> float:
+    """histogram_quantile when every observation lies in one bucket: linear inside it."""
+    lo, hi = bucket
+    return lo + (hi - lo) * q
+
+
+def test_file_sd_source_answers_from_two_scrapes_of_live_endpoints(cluster):
+    sd, tels = cluster["sd"], cluster["tels"]
+    list_target(sd, "ghost", f"127.0.0.1:{refused_port()}", "ghost")
+    src = DirectSource(str(sd), window_s=600, timeout=1.0)
+    first = src.answers()
+    assert first.window_s is None and all(p.frac_of_step is None for p in first.processes)
+    clock = Clock()
+    run_steps(cluster, "m", N_STEPS, clock, corrupt_at=2)
+    a = src.answers()
+
+    procs = {p.role: p for p in a.processes}
+    assert set(procs) == {"rollout", "trainer", "ghost"}
+    assert not procs["ghost"].up and procs["ghost"].error == "connection refused"
+    assert a.processes[-1].role == "ghost"  # down ones last
+    spans = {role: src.history[next(k for k in src.history if k[3] == role)] for role in
+             ("rollout", "trainer")}
+    span = {role: h[-1].timestamp - h[0].timestamp for role, h in spans.items()}
+    (job,) = a.jobs
+    ops = {o.op: o for o in job.ops}
+    # Counts and bytes exactly: rates times each process's own span.
+    put_bytes = N_STEPS * ROWS * WIDTH * 4
+    assert job.write_bytes_per_s * span["rollout"] == pytest.approx(put_bytes, rel=1e-9)
+    assert job.read_bytes_per_s * span["trainer"] == pytest.approx(2 * put_bytes, rel=1e-9)
+    assert ops["put"].ops_per_s * span["rollout"] == pytest.approx(N_STEPS, rel=1e-9)
+    assert ops["get"].ops_per_s * span["trainer"] == pytest.approx(2 * N_STEPS, rel=1e-9)
+    # Occupancy: every put (the warm-up's too), never cleared; guard: each read checks its
+    # rows, and the rewritten row mismatches on both reads of its step.
+    assert job.outstanding_bytes == (N_STEPS + 1) * ROWS * WIDTH * 4
+    assert (job.guard_checked, job.guard_mismatched) == (2 * N_STEPS * ROWS, 2)
+    # Times between what the store's service time forces (each call sleeps) and the test's
+    # own clock around each call and step (which adds dpobs's bookkeeping, the guard's
+    # digests included, that op duration leaves out).
+    outer = {op: sum(v) for op, v in clock.calls.items()}
+    slept = {"put": PUT_SLEEP * N_STEPS, "get": GET_SLEEP * 2 * N_STEPS}
+    assert slept["put"] / sum(outer.values()) <= ops["put"].share <= outer["put"] / sum(
+        slept.values())
+    for op in ("put", "get"):
+        calls = len(clock.calls[op])
+        assert slept[op] / calls <= ops[op].mean_s <= outer[op] / calls
+    for role, op in (("rollout", "put"), ("trainer", "get")):
+        assert slept[op] / clock.steps[role] <= procs[role].frac_of_step <= min(
+            1.0, outer[op] / clock.steps[role] + 0.02)
+    assert job.max_frac_of_step == procs["trainer"].frac_of_step
+    assert a.processes[0].role == "trainer"  # worst first
+    # Quantiles: every call in its bucket (checked on the test's clock), so
+    # histogram_quantile's interpolation is known exactly.
+    for op, bucket in (("put", PUT_BUCKET), ("get", GET_BUCKET)):
+        assert all(bucket[0] < d < bucket[1] for d in clock.calls[op]), clock.calls[op]
+        assert ops[op].p90_s == pytest.approx(quantile_in(bucket, 0.9), rel=1e-9)
+        assert ops[op].p99_s == pytest.approx(quantile_in(bucket, 0.99), rel=1e-9)
+    shown = text(a)
+    assert "DOWN (connection refused)" in shown and "ghost" in shown
+    assert f"{job.read_bytes_per_s / 1e6:.2f}" in shown
+    assert f"{ops['put'].p99_s * 1e3:.2f}" in shown
+    assert "Alerts: only with --prometheus" in shown
+
+
+def test_a_window_counts_only_what_happened_inside_it(cluster):
+    """Snapshots older than the window are dropped: the rates then cover the newest steps."""
+    window = 1.5
+    src = DirectSource(str(cluster["sd"]), window_s=window, timeout=1.0)
+
+    def answer_a_window_after(t0: float) -> float:
+        time.sleep(max(0.0, t0 + window + 0.2 - time.time()))
+        src.answers()
+        return time.time()
+
+    t = answer_a_window_after(0)
+    run_steps(cluster, "a", 2, Clock())
+    t = answer_a_window_after(t)
+    run_steps(cluster, "b", 3, Clock())
+    answer_a_window_after(t)
+    a = src.answers()  # as soon as possible: still within a window of the previous one
+    ops = {o.op: o for o in a.jobs[0].ops}
+    h = src.history[next(k for k in src.history if k[3] == "rollout")]
+    assert len(h) == 3  # the snapshot at the window's start, and the two since
+    assert ops["put"].ops_per_s * (h[-1].timestamp - h[0].timestamp) == pytest.approx(3)
+
+
+def test_an_endpoint_that_never_answers_is_down_and_does_not_hold_up_the_view(cluster):
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)  # accepts, never answers
+    try:
+        list_target(cluster["sd"], "silent", f"127.0.0.1:{silent.getsockname()[1]}", "silent")
+        (cluster["sd"] / "garbage.json").write_text("{not json")
+        src = DirectSource(str(cluster["sd"]), timeout=0.5)
+        t0 = time.monotonic()
+        a = src.answers()
+        assert time.monotonic() - t0 < 5
+    finally:
+        silent.close()
+    procs = {p.role: p for p in a.processes}
+    assert set(procs) == {"rollout", "trainer", "silent"}
+    assert not procs["silent"].up and "timed out" in procs["silent"].error
+    assert procs["rollout"].up and procs["trainer"].up
+
+
+def test_dpobs_top_once_prints_a_frame_from_the_file_sd_directory(cluster):
+    done = threading.Event()
+
+    def work():  # steps keep coming while top takes its two scrapes
+        i = 0
+        while not done.is_set():
+            run_steps(cluster, f"o{i}-", 1, Clock())
+            i += 1
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    try:
+        out = subprocess.run([sys.executable, "-m", "dpobs_otel.cli", "top", "--sd-dir",
+                              str(cluster["sd"]), "--once", "--interval", "1"],
+                             capture_output=True, text=True, timeout=60,
+                             env={"COLUMNS": "160", "PATH": "/usr/bin:/bin"})
+    finally:
+        done.set()
+        worker.join()
+    assert out.returncode == 0, out.stderr
+    rows = {r["role"]: r for r in table(out.stdout, "Processes")}
+    assert set(rows) == {"rollout", "trainer"}
+    for r in rows.values():
+        assert r["state"] == "up" and 0 < float(r["frac_of_step"].rstrip("%")) <= 100
+    ops = {r["op"]: r for r in table(out.stdout, "Ops")}
+    assert set(ops) == {"put", "get"} and float(ops["get"]["p99 ms"]) > GET_SLEEP * 1e3
+
+
+def test_a_prometheus_that_is_not_there_is_an_error_line_not_a_crash():
+    url = f"http://127.0.0.1:{refused_port()}"
+    a = PrometheusSource(url, timeout=1).answers()
+    assert "unreachable" in a.error and a.jobs == [] and a.processes == []
+    assert "source error" in text(a)
+    out = subprocess.run([sys.executable, "-m", "dpobs_otel.cli", "top", "--prometheus", url,
+                          "--once"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1 and "Traceback" not in out.stderr + out.stdout
+    assert "unreachable" in out.stdout
+
+
+def test_dpobs_help_lists_every_command_on_one_line():
+    from dpobs_otel.cli import COMMANDS
+    out = subprocess.run([sys.executable, "-m", "dpobs_otel.cli", "--help"],
+                         capture_output=True, text=True, timeout=60, env={"COLUMNS": "80"})
+    lines = out.stdout.splitlines()
+    for name, (_, helptext) in COMMANDS.items():
+        assert any(line.split()[:1] == [name] and line.strip().endswith(helptext)
+                   for line in lines), (name, out.stdout)
