@@ -9,12 +9,16 @@ a death mid-window, a newcomer, a listed endpoint that never answers, a clean ex
 """
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
+import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -242,3 +246,54 @@ def test_never_raises_into_the_step(sd, monkeypatch):
         assert driver.tel.stats.instr_errors["cluster"] == 1
     finally:
         driver.tel.shutdown()
+
+
+class FakePrometheus(http.server.BaseHTTPRequestHandler):
+    """Answers the three instant queries PrometheusSource makes from `state`:
+    {instance: (up, sample timestamp, instance id, steps)}."""
+    state: dict = {}
+
+    def do_GET(self):
+        q = urllib.parse.parse_qs(urllib.parse.urlparse(self.path).query)["query"][0]
+        result = []
+        for inst, (up, ts, iid, steps) in self.state.items():
+            m = {"job": JOB, "instance": inst, "role": "w", "rank": "0"}
+            if q.startswith("timestamp(up"):
+                result.append({"metric": m, "value": [ts + 1, str(ts)]})
+            elif q.startswith("up{"):
+                result.append({"metric": dict(m, __name__="up"), "value": [ts, str(up)]})
+            elif up:
+                result += [{"metric": dict(m, __name__="dpobs_step_duration_seconds_count"),
+                            "value": [ts, str(steps)]},
+                           {"metric": dict(m, __name__="target_info", service_instance_id=iid),
+                            "value": [ts, "1"]}]
+        body = json.dumps({"status": "success",
+                           "data": {"resultType": "vector", "result": result}}).encode()
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *a):
+        pass
+
+
+def test_prometheus_source_restarts_unreachable_lost_and_staleness():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FakePrometheus)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    view = cluster.ClusterView(f"http://127.0.0.1:{server.server_address[1]}", JOB)
+    st = FakePrometheus.state
+    try:
+        now = time.time()
+        st.update({"a:1": (1, now - 30, "one", 3), "b:1": (0, now - 1, "x", 0)})
+        got = view.step_metrics()
+        assert counts(got) == (1, 0, 0, 1) and got[P + "steps"] == 3
+        assert got[P + "staleness_s"] >= 30  # a's newest sample is 30 s old
+        st.update({"a:1": (1, now, "two", 1), "b:1": (1, now, "x", 2)})
+        got = view.step_metrics()  # a restarted (new instance id); b back: a new baseline
+        assert counts(got) == (1, 1, 0, 0) and got[P + "steps"] == 1
+        del st["a:1"]
+        st["b:1"] = (1, now, "x", 5)
+        got = view.step_metrics()
+        assert counts(got) == (1, 0, 1, 0) and got[P + "steps"] == 3
+    finally:
+        server.shutdown()
