@@ -257,8 +257,9 @@ def test_the_agents_wal_replayed_the_central_outage(cluster):
     for k, truth in cluster.truth.items():
         # 1 s scrapes through a 60 s outage: every one of them reached the central side
         assert counted[k] >= 0.9 * (up - down - 10), (k, counted[k])
-        # and each holds what the process had done by then (scraped within 1 s of `mid`)
-        assert steps_at(truth, mid - 3) <= at_mid[k] <= steps_at(truth, mid), (k, at_mid[k])
+        # and each holds what the process had done by then: scraped within a second or so
+        # of `mid` (the truth's clock is read just after dpobs counts a step: +1 s margin)
+        assert steps_at(truth, mid - 3) <= at_mid[k] <= steps_at(truth, mid + 1), (k, at_mid[k])
     firing = cluster.central.query_range(
         'ALERTS{alertname="DpobsAgentDown", alertstate="firing"}', up, time.time())
     assert firing == [], "DpobsAgentDown fired because the central side was down"
