@@ -29,6 +29,7 @@ import mooncake.store  # noqa: E402,F401  an installed wheel must import: no ski
 import dpobs_otel as dpobs  # noqa: E402
 from dpobs_otel.adapters.mooncake import MooncakeDataPlane, MooncakeError  # noqa: E402
 from dpobs_otel.adapters.mooncake import instrument_store  # noqa: E402
+from dpobs_otel.adapters.mooncake_index import COMPACT_EVERY  # noqa: E402
 from dpobs_otel.adapters.mooncake_leases import DeferredRemovals  # noqa: E402
 from dpobs_otel.adapters.mooncake_master import MooncakeMaster, connect_store  # noqa: E402
 from stores.test_memory import _batch  # noqa: E402  the in-memory store's cases, mirrored
@@ -233,6 +234,29 @@ def test_random_payloads_round_trip_and_count_exactly(tel, dp, payload):
     assert tel.stats.instr_errors.get("client", 0) == 0
     if exact:
         assert tel.stats.ops["put"].write_bytes - before == truth
+
+
+def test_writers_slots_order_clears_and_re_puts_and_stay_compact(store):
+    """Two planes (two owners, as two processes would be) on one partition."""
+    ns = f"t{next(_ns)}"
+    a, b = (MooncakeDataPlane(store, namespace=ns) for _ in range(2))
+    one = TensorDict({"x": torch.ones(1)}, [1])
+    a.put_samples(["x"], "p", one)
+    b.put_samples(["y"], "p", one)
+    assert a.list_sample_ids("p") == b.list_sample_ids("p") == ["x", "y"]
+    b.clear_samples(["x"], "p")  # a clear of a row another owner put
+    assert a.list_sample_ids("p") == ["y"]
+    a.put_samples(["x"], "p", one)  # put again after the clear: live again, newest last
+    assert b.list_sample_ids("p") == ["y", "x"]
+    b.clear_samples(["x"], "p")
+    for i in range(COMPACT_EVERY):  # a's puts reach a compaction
+        a.put_samples([f"n{i}"], "p", one)
+    slots = {c["o"]: c for _, c in a._index._scan("p")}
+    assert "x" not in slots[a._index._owner]["a"]  # a's put of x, superseded, is gone
+    b.clear_samples(["y"], "p")  # b's next write compacts b's slot
+    slots = {c["o"]: c for _, c in a._index._scan("p")}
+    assert slots[b._index._owner]["d"] == {} and slots[b._index._owner]["a"] == {}
+    assert a.list_sample_ids("p") == [f"n{i}" for i in range(COMPACT_EVERY)]
 
 
 class _Blinking:
