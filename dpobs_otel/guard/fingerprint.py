@@ -12,11 +12,12 @@ out for the kernels in sums.py, and the salts that finish each row's digest.
 """
 from __future__ import annotations
 
+import hashlib
 from typing import Sequence
 
 import torch
 
-from .reference import G, M32, field_salt, id_salt
+from .reference import G, M32, field_salt, id_salt_prefix
 from .sums import sums_dense, sums_flat
 
 __all__ = ["field_digests", "id_salts", "UnsupportedField"]
@@ -127,9 +128,15 @@ def _jagged_words(nt: torch.Tensor):
 
 
 def id_salts(sample_ids: Sequence[str], partition_id: str, device="cpu") -> torch.Tensor:
-    """I per row, as an int64 tensor (values in [0, 2^32)) on `device`."""
-    return torch.tensor([id_salt(partition_id, s) for s in sample_ids], dtype=torch.int64,
-                        device=device)
+    """I per row, as an int64 tensor (values in [0, 2^32)) on `device`: reference.id_salt,
+    with the hash state of the common prefix computed once and copied per id."""
+    prefix = hashlib.blake2b(id_salt_prefix(partition_id), digest_size=4)
+    vals = []
+    for sid in sample_ids:
+        h = prefix.copy()
+        h.update(str(sid).encode("utf-8", "surrogatepass"))
+        vals.append(int.from_bytes(h.digest(), "little"))
+    return torch.tensor(vals, dtype=torch.int64, device=device)
 
 
 def _finish(acc: torch.Tensor, field: str, dtype, row_shape, lead, ids: torch.Tensor):
