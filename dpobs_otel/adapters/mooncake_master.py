@@ -108,6 +108,11 @@ class MooncakeMaster:
         return f"http://{HOST}:{self.metrics_port}"
 
     @property
+    def pids(self) -> list[int]:
+        """The processes start() started (metadata server, master) that are still running."""
+        return [p.pid for p in self._procs if p.poll() is None]
+
+    @property
     def lease_s(self) -> float:
         return self.lease_ms / 1000.0
 

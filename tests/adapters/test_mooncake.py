@@ -599,18 +599,35 @@ def test_writers_in_several_processes_share_a_partition_listing(master, store):
     assert len(listings) > 3 and not flicker
 
 
-def test_master_listens_on_loopback_only(master):
-    """What the launcher starts binds 127.0.0.1: the master's RPC and admin servers and the
-    metadata server (read from the kernel's socket table, not from our flags)."""
-    ports = {master.rpc_port, master.metadata_port, master.metrics_port}
-    seen = {}
+LOOPBACK = {"0100007F", "00000000000000000000000001000000"}  # 127.0.0.1, ::1 as /proc has them
+
+
+def _listening(pids) -> dict[int, str]:
+    """{port: address} of every TCP socket in LISTEN that these processes hold."""
+    inodes = set()
+    for pid in pids:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    out = {}
     for path in ("/proc/net/tcp", "/proc/net/tcp6"):
-        if not os.path.exists(path):
-            continue
         for line in open(path).read().splitlines()[1:]:
-            local, state = line.split()[1], line.split()[3]
-            addr, port = local.rsplit(":", 1)
-            if state == "0A" and int(port, 16) in ports:  # LISTEN
-                seen[int(port, 16)] = addr
-    assert set(seen) == ports
-    assert all(a == "0100007F" for a in seen.values()), json.dumps(seen)
+            cols = line.split()
+            addr, port = cols[1].rsplit(":", 1)
+            if cols[3] == "0A" and cols[9] in inodes:  # LISTEN
+                out[int(port, 16)] = addr
+    return out
+
+
+def test_master_listens_on_loopback_only(master):
+    """Every socket the launcher's processes listen on (the master's RPC and admin servers,
+    the metadata server, anything else they open) is bound to loopback: read from the
+    kernel's socket tables, not from our flags."""
+    seen = _listening(master.pids)
+    assert len(master.pids) == 2
+    assert {master.rpc_port, master.metadata_port, master.metrics_port} <= set(seen)
+    assert set(seen.values()) <= LOOPBACK, json.dumps(seen)
