@@ -162,7 +162,7 @@ def test_put_get_list_clear_exact_on_metrics(cluster, make_tel, guard):
             assert value(s1, "dpobs_guard_rows_recorded_total", field=f) == n + 1
             assert value(s1, "dpobs_guard_rows_checked_total", field=f) == n + 1
             assert value(s1, "dpobs_guard_rows_mismatched_total", field=f) == 0
-            assert value(s1, "dpobs_guard_rows_unverified_total", field=f) == 0
+            assert value(s1, "dpobs_guard_rows_unverified_total", field=f) is None  # never counted
 
 
 def test_async_variants_measured_like_sync(cluster, make_tel):
@@ -213,7 +213,7 @@ def test_short_read_counts_missing_row_and_keeps_attribution(cluster, make_tel, 
     # The three rows were salted with their own ids (a, b, c), not the requested list's.
     assert value(s, "dpobs_guard_rows_checked_total", field="tok") == 3
     assert value(s, "dpobs_guard_rows_mismatched_total", field="tok") == 0
-    assert value(s, "dpobs_guard_rows_unverified_total", field="tok") == 0
+    assert value(s, "dpobs_guard_rows_unverified_total", field="tok") is None
 
     # Corrupt c behind the client's back: the mismatch is pinned on c, past the gap.
     bad = td["tok"][2].clone()
@@ -278,18 +278,19 @@ def test_digests_travel_in_tags_through_delta_writes_subsets_and_rewrites(cluste
     # A delta write adds a field; a subset read of an old and the new field verifies both.
     call(q.kv_batch_put, ids, pid, TensorDict({"ref": torch.randn(3, 2)}, [3]), timeout_s=T)
     call(q.kv_batch_get, ids, pid, ["ref", "score"], timeout_s=T)
-    assert counts("ref") == (3, 0, 0) and counts("score") == (3, 0, 0)
+    # (checked, mismatched, unverified): unverified is absent until a row is unverified.
+    assert counts("ref") == (3, 0, None) and counts("score") == (3, 0, None)
     # A guarded rewrite of one field replaces its digest only; a full read checks them all.
     score = torch.randn(3)
     call(q.kv_batch_put, ids, pid, TensorDict({"score": score}, [3]), timeout_s=T)
     got = call(q.kv_batch_get, ids, pid, timeout_s=T)
     assert got["score"].tolist() == score.tolist() and "ref" in got.keys()
-    assert counts("score") == (6, 0, 0) and counts("tok") == (3, 0, 0)
+    assert counts("score") == (6, 0, None) and counts("tok") == (3, 0, None)
     # A bare rewrite of t1's score leaves the old digest: that row, and only it, mismatches.
     call(tq.kv_batch_put, keys=["t1"], partition_id=pid, timeout_s=T,
          fields=TensorDict({"score": torch.tensor([9.0])}, [1]))
     call(q.kv_batch_get, ids, pid, ["score"], timeout_s=T)
-    assert counts("score") == (9, 1, 0)
+    assert counts("score") == (9, 1, None)
 
     # Values a data_parser rewrites inside TransferQueue: unverified, never mismatched.
     def parser(batch):
@@ -397,7 +398,7 @@ def test_reader_process_verifies_writer_process_digests(cluster, tmp_path):
         for f in fields:  # the writer's digests, recomputed by another process: all clean
             assert value(s, "dpobs_guard_rows_checked_total", field=f) == N_WIRE, f
             assert value(s, "dpobs_guard_rows_mismatched_total", field=f) == 0, f
-            assert value(s, "dpobs_guard_rows_unverified_total", field=f) == 0, f
+            assert value(s, "dpobs_guard_rows_unverified_total", field=f) is None, f
         assert not any(k[0].startswith(("dpobs_guard_fields_skipped", "dpobs_guard_failures"))
                        for k in s)
 
