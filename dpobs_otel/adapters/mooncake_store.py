@@ -135,9 +135,9 @@ def _put_many(args, rc):
     keys, values = args[0], args[1]
     if isinstance(rc, int):  # put_batch / upsert_batch: one code for the whole batch
         rc = [rc] * len(keys)
+    if not rc or min(rc) >= 0:  # the common case, every item stored: no per-item pass
+        return len(keys), 0, _sum_nbytes(values), 0, keys, 0
     ok = _ok_items(range(len(keys)), rc, _NON_NEGATIVE(rc))
-    if len(ok) == len(keys):
-        return len(keys), 0, _sum_nbytes(values), 0, list(keys), _first_error(rc)
     return (len(keys), 0, _sum_nbytes([values[i] for i in ok]), 0, [keys[i] for i in ok],
             _first_error(rc))
 
@@ -164,6 +164,8 @@ def _get_one(args, out):
 
 
 def _get_many(args, out):
+    if set(map(type, out)) == _PLAIN:  # every key found, as tensors: one pass to size them
+        return len(args[0]), sum(map(_NBYTES, out)), 0, 0, [], 0
     got = [v for v in out if v is not None]
     if got and type(got[0]) is bytes:
         got = [v for v in got if v]
@@ -189,6 +191,8 @@ def _remove_one(args, rc):
 
 
 def _remove_many(args, rc):
+    if not any(rc):  # every key removed
+        return len(args[0]), 0, 0, 0, args[0], 0
     return len(args[0]), 0, 0, 0, _ok_items(args[0], rc, _GONE), _first_error(rc)
 
 
