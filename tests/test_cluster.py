@@ -22,9 +22,7 @@ import urllib.parse
 from pathlib import Path
 
 import pytest
-import torch
 from cluster_step_worker import step
-from tensordict import TensorDict
 
 import dpobs_otel as dpobs
 from dpobs_otel import cluster
