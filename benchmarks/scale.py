@@ -147,6 +147,33 @@ def measure(central: Central, agents: list[int], n: int, window: float, interval
     }
 
 
+def query_cost(central: Central, expr: str, reps: int = 3) -> tuple[float, int, int]:
+    """(median seconds, samples touched, result series) of an instant query (the query
+    API's stats; samples touched do not depend on how busy the box is, seconds do)."""
+    runs = []
+    for _ in range(reps):
+        data = central.client.get(f"{central.url}/api/v1/query",
+                                  {"query": expr, "stats": "all"})["data"]
+        runs.append((data["stats"]["timings"]["evalTotalTime"],
+                     data["stats"]["samples"]["totalQueryableSamples"], len(data["result"])))
+    return statistics.median(r[0] for r in runs), runs[-1][1], runs[-1][2]
+
+
+def quantile_costs(central: Central) -> dict:
+    """What the latency quantile rules cost as written (each aggregates every bucket series
+    itself), beside that aggregation alone. Recorded once, the aggregation would be read by
+    each quantile rule as one sample per recorded series."""
+    rules = [r for g in central.api("rules")["groups"] for r in g["rules"]
+             if r.get("name", "").endswith(":quantile_rate5m")]
+    written = [query_cost(central, r["query"]) for r in rules]
+    agg_s, agg_samples, agg_series = query_cost(
+        central, "sum by (job, op, le) (rate(dpobs_client_operation_duration_seconds_bucket[5m]))")
+    return {"rules": len(rules), "as_written_s": sum(w[0] for w in written),
+            "as_written_samples": sum(w[1] for w in written), "aggregation_s": agg_s,
+            "aggregation_samples": agg_samples,
+            "recorded_once_samples": agg_samples + len(rules) * agg_series}
+
+
 def costliest_rules(central: Central, top: int = 5) -> list[tuple[float, str]]:
     """The rules that took longest in their last evaluation (the rules API)."""
     rules = [r for g in central.api("rules")["groups"] for r in g["rules"]]
@@ -204,9 +231,11 @@ def run(args) -> list[tuple[int, dict]]:
                 r = measure(central, pids, n, args.window, interval)
                 r["agent_cpu_pct_per_32_at_15s"] = r["agent_cpu_pct_per_32"] * interval / 15
                 r["costliest"] = costliest_rules(central)
+                if n == args.sizes[-1]:
+                    r["quantiles"] = quantile_costs(central)
                 results.append((n, r))
                 print(f"  {n:4d} endpoints: " + ", ".join(
-                    f"{k}={v:.4g}" for k, v in r.items() if k != "costliest"), flush=True)
+                    f"{k}={v:.4g}" for k, v in r.items() if isinstance(v, float)), flush=True)
         finally:
             hosts.close()
             for a in agents:
@@ -249,6 +278,11 @@ def report(results: list[tuple[int, dict]], args) -> None:
     print(f"\ncostliest rules at {sizes[-1]} (seconds in their last evaluation):")
     for seconds, name in last["costliest"]:
         print(f"  {seconds:.3f}  {name}")
+    q = last["quantiles"]
+    print(f"the {q['rules']} latency quantile rules as written, as instant queries: "
+          f"{q['as_written_s']:.3f} s, {q['as_written_samples']} samples touched; their bucket"
+          f" aggregation alone: {q['aggregation_s']:.3f} s, {q['aggregation_samples']} samples;"
+          f" recorded once and read by all {q['rules']}: {q['recorded_once_samples']} samples")
     worst_cpu = max(r["agent_cpu_pct_per_32_at_15s"] for _, r in results)
     scaled = "" if args.interval == "15s" else " (scaled from the interval: a lower bound)"
     print(f"\ngoal: agent CPU <= 2% of wall per 32 targets at 15 s{scaled}: "
