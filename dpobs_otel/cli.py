@@ -8,7 +8,8 @@ import sys
 
 # subcommand -> (module, one-line help). Each module has add_arguments(parser) and run(args).
 COMMANDS = {
-    "demo": ("dpobs_otel.demo.report", "run the demo workload against the embedded data plane"),
+    "demo": ("dpobs_otel.demo.report", "run the GRPO-shaped demo workload (--backend memory|...)"),
+    "compare": ("dpobs_otel.demo.compare", "the demo on each data plane, one table side by side"),
     "mixin": ("dpobs_otel.mixin.tree", "write every operator artifact (rules, configs, dashboards)"),
     "dashboards": ("dpobs_otel.mixin.grafana", "write the Grafana dashboards as JSON"),
     "kubernetes": ("dpobs_otel.mixin.kubernetes", "write the Kubernetes manifests"),

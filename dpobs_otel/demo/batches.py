@@ -33,6 +33,8 @@ class Config:
     advertise_host: str | None = None
     seed: int = 0
     alternate: bool = False  # the overhead benchmark: every other step without dpobs
+    backend: str = "memory"  # demo/backends.py
+    job: str | None = None  # the Prometheus job (None: DPOBS_JOB, else "dpobs")
 
     def roles(self) -> list[tuple[str, int]]:
         return ([("rollout", 0)] + [("trainer", r) for r in range(self.trainers)]

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from prometheus_client.parser import text_string_to_metric_families
 
 from .stack import Stack, binaries
+from .backends import BACKENDS, available
 from .batches import Config
 from .truth import Durations
 from .workload import Workload
@@ -22,13 +23,18 @@ MB = 1e6
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--backend", choices=BACKENDS, default="memory",
+                   help="the data plane the workload runs on (default memory: the embedded "
+                        "store)")
+    p.add_argument("--job", default=None, help="Prometheus job label (default: DPOBS_JOB, "
+                                               "else dpobs)")
     p.add_argument("--steps", type=int, default=200, help="measured steps (default 200)")
     p.add_argument("--trainers", type=int, default=2, help="trainer processes (default 2)")
     p.add_argument("--batch-size", type=int, default=64, help="rows per step (default 64)")
     p.add_argument("--min-len", type=int, default=64, help="shortest sequence (tokens)")
     p.add_argument("--max-len", type=int, default=512, help="longest sequence (tokens)")
     p.add_argument("--store-latency-ms", type=float, default=5.0,
-                   help="service time the store adds to every call (default 5)")
+                   help="service time the memory store adds to every call (default 5)")
     p.add_argument("--verify-tensor-hash", action="store_true",
                    help="turn on the wire guard (dpobs.start(verify_tensor_hash=True))")
     p.add_argument("--corrupt-at-step", type=int, default=None, metavar="N",
@@ -49,12 +55,15 @@ def config(args) -> Config:
         raise SystemExit("dpobs demo: need --trainers >= 1 and --batch-size >= --trainers")
     if not 1 <= args.min_len <= args.max_len:
         raise SystemExit("dpobs demo: need 1 <= --min-len <= --max-len")
+    missing = available(args.backend)
+    if missing:
+        raise SystemExit(f"dpobs demo: --backend {args.backend} needs: {missing}")
     return Config(steps=args.steps, trainers=args.trainers, batch_size=args.batch_size,
                   min_len=args.min_len, max_len=args.max_len,
                   latency_s=args.store_latency_ms / 1e3, verify=args.verify_tensor_hash,
                   corrupt_at=args.corrupt_at_step, duration=args.duration,
                   sd_dir=args.sd_dir, host=args.host, advertise_host=args.advertise_host,
-                  seed=args.seed)
+                  seed=args.seed, backend=args.backend, job=args.job)
 
 
 # -- a run, kept up while its results are read --------------------------------------------

@@ -27,6 +27,7 @@ from time import perf_counter
 import torch
 from tensordict import TensorDict
 
+from . import backends
 from .batches import (FIELDS_LOGPROB_PASS, FIELDS_TRAIN_PASS, PARTITION, ROLE_OPS, Config,
                       make_rows, pack, sample_ids, truth_nbytes, unpack)
 from .stack import Managed, die_with_parent
@@ -44,19 +45,18 @@ class Sync:
     release: object  # Event: the parent has read the final metrics; endpoints may close
 
 
-def _process(role, rank, cfg: Config, address, authkey, sync: Sync, out) -> None:
+def _process(role, rank, cfg: Config, spec, sync: Sync, out) -> None:
     import dpobs_otel as dpobs
-    from ..stores.memory import connect_store
 
     die_with_parent(signal.SIGTERM)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent turns Ctrl-C into a clean stop
     signal.signal(signal.SIGTERM, _exit_on_term)  # so `finally` removes the file_sd target
     torch.set_num_threads(1)
-    tel = None
+    tel = raw = None
     try:
-        tel = dpobs.start(role=role, rank=rank, sd_dir=cfg.sd_dir, host=cfg.host,
+        tel = dpobs.start(role=role, rank=rank, job=cfg.job, sd_dir=cfg.sd_dir, host=cfg.host,
                           advertise_host=cfg.advertise_host, verify_tensor_hash=cfg.verify)
-        raw = connect_store(address, authkey)
+        raw = backends.connect(spec)
         timed = Timed(raw, ROLE_OPS[role])
         client = tel.instrument(timed)
         truth = Truth(timed)
@@ -73,6 +73,8 @@ def _process(role, rank, cfg: Config, address, authkey, sync: Sync, out) -> None
         out.put(("error", role, rank, traceback.format_exc()))
         sync.barrier.abort()
     finally:
+        if raw is not None:
+            backends.disconnect(spec, raw)
         if tel is not None:
             tel.shutdown()
 
@@ -212,21 +214,20 @@ class Workload(Managed):
         self.info: dict[tuple[str, int], dict] = {}
         self.warm: dict[tuple[str, int], dict] = {}
         self.truth: dict[tuple[str, int], dict] = {}
-        self._mgr = None
+        self._backend = None
         self._closed = False
 
     def start(self, timeout: float = 180) -> None:
-        from ..stores.memory import serve_store
         ctx = multiprocessing.get_context("spawn")
-        self._mgr, address = serve_store(self.cfg.latency_s, self.authkey,
-                                         initializer=die_with_parent)
+        self._backend = backends.start(self.cfg.backend, self.cfg.latency_s, self.authkey,
+                                       initializer=die_with_parent)
         roles = self.cfg.roles()
         self.sync = Sync(ctx.Barrier(len(roles), timeout=BARRIER_TIMEOUT_S), ctx.Value("b", 0),
                          ctx.Event(), ctx.Event(), ctx.Event())
         self._queue = ctx.Queue()
         for role, rank in roles:
             p = ctx.Process(target=_process, name=f"dpobs-{role}-{rank}", daemon=True,
-                            args=(role, rank, self.cfg, address, self.authkey, self.sync,
+                            args=(role, rank, self.cfg, self._backend.spec, self.sync,
                                   self._queue))
             p.start()
             self.procs[(role, rank)] = p
@@ -301,5 +302,5 @@ class Workload(Managed):
                     p.join(timeout=5)
             self._queue.close()
             self._queue.join_thread()
-        if self._mgr is not None:
-            self._mgr.shutdown()
+        if self._backend is not None:
+            self._backend.close()

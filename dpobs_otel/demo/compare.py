@@ -1,0 +1,159 @@
+"""`dpobs compare`: the same GRPO workload on each data plane, side by side.
+
+Each backend runs as its own job, `dpobs-<backend>`, one after the other, all scraped by one
+private Prometheus with the mixin's recording rules. While a backend's processes are still
+up (and Prometheus has evaluated their final state) the table's numbers are read from the
+recording rules of that job; the workload's own truth of the measured steps stands beside
+each figure in parentheses. Rates are over the rules' 5m windows, which for a short run
+cover the whole run from the post-warm-up scrape, so ratios (means, shares, bytes per call,
+fractions) compare with the truth of the measured steps.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .backends import BACKENDS, available
+from .batches import Config
+from .report import Progress, frac_of_step, merge, op_shares, quantile, session
+from .stack import Stack, binaries
+
+ROWS = ("calls", "mean ms", "p50 ms", "p99 ms", "bytes/call", "share")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--backends", default=",".join(BACKENDS),
+                   help="comma-separated, of " + ", ".join(BACKENDS) + " (default: every one "
+                        "this machine has)")
+    p.add_argument("--steps", type=int, default=60, help="measured steps per backend")
+    p.add_argument("--trainers", type=int, default=2)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--store-latency-ms", type=float, default=0.0,
+                   help="service time the memory store adds (default 0: its own speed)")
+    p.add_argument("--verify-tensor-hash", action="store_true",
+                   help="run every backend with the wire guard on")
+
+
+def _backends(spec: str) -> list[str]:
+    names = [b.strip() for b in spec.split(",") if b.strip()]
+    bad = [b for b in names if b not in BACKENDS]
+    if bad:
+        raise SystemExit(f"dpobs compare: unknown backend(s) {', '.join(bad)}; "
+                         f"one of {', '.join(BACKENDS)}")
+    usable = []
+    for b in names:
+        why = available(b)
+        if why:
+            print(f"dpobs compare: skipping {b} ({why})", file=sys.stderr)
+        else:
+            usable.append(b)
+    return usable
+
+
+def measure(stack: Stack, cfg: Config) -> dict:
+    """Run one backend; its answers from the rules, and the truth, while its processes live."""
+    def one(expr: str) -> float:
+        r = stack.query(expr)
+        return r[0]["value"] if r else float("nan")
+
+    job = f'job="{cfg.job}"'
+    print(f"== {cfg.backend}: {cfg.steps} measured steps as job {cfg.job}", file=sys.stderr)
+    progress = Progress(cfg)
+    with session(cfg, stack, None, progress) as res:
+        progress.finish()
+        truth = merge(res.truth.values())
+        counted = merge([*res.warm.values(), *res.truth.values()])  # what counters hold
+        ops, shares = {}, op_shares(truth)
+        for op, d in truth["ops"].items():
+            sel = f'{{{job},op="{op}"}}'
+            nbytes = sum(n for (o, _), n in truth["bytes"].items() if o == op)
+            ops[op] = {
+                "calls": (one(f"sum(dpobs_client_operation_duration_seconds_count{sel})"),
+                          len(counted["ops"][op])),
+                "mean ms": (1e3 * one(f"job_op:dpobs_client_operation_duration_seconds:"
+                                      f"mean_rate5m{sel}"), 1e3 * d.total / len(d)),
+                "p50 ms": (_q(one, sel, "0.5"), 1e3 * quantile(d, 0.5)),
+                "p99 ms": (_q(one, sel, "0.99"), 1e3 * quantile(d, 0.99)),
+                "bytes/call": (one(f"sum by (job, op) (job_op_direction:dpobs_client_"
+                                   f"transferred_bytes:rate5m{sel}) / job_op:dpobs_client_"
+                                   f"operations:rate5m{sel}"), nbytes / len(d)),
+                "share": (one(f"job_op:dpobs_operation_share:ratio_rate5m{sel}"),
+                          shares.get(op, 0.0)),
+            }
+        roles = {}
+        for role in sorted({r for r, _ in res.truth}):
+            t = merge(v for (r, _), v in res.truth.items() if r == role)
+            roles[role] = (one(f'avg(instance:dpobs_frac_of_step:ratio_rate5m'
+                               f'{{{job},role="{role}"}})'), frac_of_step(t))
+        overall = (one(f"job:dpobs_frac_of_step:ratio_rate5m{{{job}}}"), frac_of_step(truth))
+        own = one(f"job:dpobs_instrumentation_time_per_operation_time:ratio_rate5m{{{job}}}")
+        guard = one(f'sum(rate(dpobs_instrumentation_time_seconds_total{{{job},'
+                    f'component="guard"}}[5m])) / sum(job:dpobs_client_operation_duration_'
+                    f'seconds:rate5m{{{job}}})') if cfg.verify else None
+    return {"ops": ops, "roles": roles, "frac": overall, "own": own, "guard": guard}
+
+
+def _q(one, sel: str, q: str) -> float:
+    sel = sel[:-1] + f',quantile="{q}"}}'
+    return 1e3 * one(f"job_op:dpobs_client_operation_duration_seconds:quantile_rate5m{sel}")
+
+
+def _cell(pair, fmt: str) -> str:
+    rules, truth = pair
+    if rules != rules:  # NaN: the rule has no series (no bytes move on list or clear)
+        return "-"
+    return f"{fmt.format(rules)} ({fmt.format(truth)})"
+
+
+FORMATS = {"calls": "{:.0f}", "mean ms": "{:.2f}", "p50 ms": "{:.1f}", "p99 ms": "{:.1f}",
+           "bytes/call": "{:.0f}", "share": "{:.1%}"}
+
+
+def table(results: dict[str, dict]) -> str:
+    """One column per backend; each cell 'rules (truth)'."""
+    names = list(results)
+    width = 26
+    head = f"  {'':<22}" + "".join(f"{n:>{width}}" for n in names)
+    lines = ["\nBackends side by side: each cell is recording rules (workload truth)", head]
+    ops = sorted({op for r in results.values() for op in r["ops"]},
+                 key=lambda op: -max(r["ops"].get(op, {}).get("share", (0, 0))[1]
+                                     for r in results.values()))
+    for op in ops:
+        lines.append(f"  {op}")
+        for row in ROWS:
+            cells = [_cell(results[n]["ops"][op][row], FORMATS[row])
+                     if op in results[n]["ops"] else "-" for n in names]
+            lines.append(f"    {row:<20}" + "".join(f"{c:>{width}}" for c in cells))
+    lines.append("  frac_of_step")
+    for role in sorted({r for res in results.values() for r in res["roles"]}):
+        cells = [_cell(results[n]["roles"][role], "{:.1%}") if role in results[n]["roles"]
+                 else "-" for n in names]
+        lines.append(f"    {role:<20}" + "".join(f"{c:>{width}}" for c in cells))
+    lines.append(f"    {'job':<20}" + "".join(
+        f"{_cell(results[n]['frac'], '{:.1%}'):>{width}}" for n in names))
+    lines.append(f"  {'dpobs own time / op time':<22}" + "".join(
+        f"{results[n]['own']:>{width}.2%}" for n in names))
+    if any(r["guard"] is not None for r in results.values()):
+        lines.append(f"  {'guard time / op time':<22}" + "".join(
+            f"{results[n]['guard']:>{width}.2%}" for n in names))
+    return "\n".join(lines)
+
+
+def run(args) -> int:
+    names = _backends(args.backends)
+    if not names:
+        raise SystemExit("dpobs compare: no backend can run here")
+    missing = [n for n, p in binaries().items() if p is None]
+    if missing:
+        raise SystemExit(f"dpobs compare: needs {', '.join(missing)} on PATH (Debian packages "
+                         "prometheus, prometheus-alertmanager)")
+    results = {}
+    with Stack() as stack:
+        print(f"Prometheus {stack.prometheus}", file=sys.stderr)
+        for name in names:
+            cfg = Config(steps=args.steps, trainers=args.trainers, batch_size=args.batch_size,
+                         latency_s=args.store_latency_ms / 1e3, verify=args.verify_tensor_hash,
+                         sd_dir=stack.sd_dir, backend=name, job=f"dpobs-{name}")
+            results[name] = measure(stack, cfg)
+    print(table(results), flush=True)
+    return 0

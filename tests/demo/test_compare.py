@@ -1,0 +1,64 @@
+"""`dpobs compare` against real Prometheus: every cell's rule value beside the workload's truth."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from dpobs_otel.demo import compare
+from dpobs_otel.demo.backends import available
+from dpobs_otel.demo.batches import Config
+from dpobs_otel.demo.stack import Stack
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def results():
+    names = ["memory"] + (["mooncake"] if available("mooncake") is None else [])
+    out = {}
+    with Stack() as stack:
+        for name in names:
+            cfg = Config(steps=20, trainers=2, batch_size=16, latency_s=0.0, verify=True,
+                         sd_dir=stack.sd_dir, backend=name, job=f"dpobs-{name}")
+            out[name] = compare.measure(stack, cfg)
+    return out
+
+
+def test_every_backend_this_machine_has_is_compared(results):
+    import os
+    if os.environ.get("CI"):
+        assert "mooncake" in results, "under CI the mooncake extra is installed"
+    assert "memory" in results
+
+
+def test_counts_and_volumes_equal_the_truth(results):
+    for name, r in results.items():
+        assert set(r["ops"]) == {"put", "get", "list", "clear"}, name  # register: warm-up only
+        for op, cells in r["ops"].items():
+            rules, truth = cells["calls"]
+            assert rules == truth, (name, op)
+            rules, truth = cells["bytes/call"]
+            if truth:  # per-call bytes over the rule's window, which may hold the warm-up
+                assert rules == pytest.approx(truth, rel=0.02), (name, op)
+            else:
+                assert math.isnan(rules), (name, op)
+
+
+def test_shares_and_fractions_track_the_truth(results):
+    for name, r in results.items():
+        shares = [c["share"][0] for c in r["ops"].values()]
+        assert sum(shares) == pytest.approx(1.0, abs=1e-6), name
+        for op, c in r["ops"].items():
+            assert c["share"][0] == pytest.approx(c["share"][1], abs=0.06), (name, op)
+        for role, (rules, truth) in r["roles"].items():
+            assert rules == pytest.approx(truth, abs=0.06), (name, role)
+        assert 0 < r["guard"] <= r["own"], name  # the guard's time is part of dpobs's own
+
+
+def test_the_table_names_every_backend_and_op(results):
+    text = compare.table(results)
+    for name in results:
+        assert name in text.splitlines()[2]
+    for op in ("put", "get", "list", "clear"):
+        assert f"\n  {op}\n" in text
