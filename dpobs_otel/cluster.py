@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields, replace
 
 from . import scrape
@@ -66,7 +67,6 @@ def delta(prev: ProcessTotals | None, now: ProcessTotals) -> ProcessTotals:
     guard = None if now.guard is None else _sub(now.guard, prev.guard or {})
     return replace(now, ops=ops, steps=now.steps - prev.steps,
                    step_seconds=now.step_seconds - prev.step_seconds,
-                   step_buckets=_sub(now.step_buckets, prev.step_buckets),
                    codec_seconds=_sub(now.codec_seconds, prev.codec_seconds),
                    instrumentation_seconds=_sub(now.instrumentation_seconds,
                                                 prev.instrumentation_seconds),
@@ -97,6 +97,7 @@ class FileSDSource:
     def __init__(self, sd_dir: str, job: str | None = None, timeout: float = 1.0,
                  ssl_context=None):
         self.sd_dir, self.job, self.timeout, self.ssl_context = sd_dir, job, timeout, ssl_context
+        self._pool: ThreadPoolExecutor | None = None  # made at the first call, then kept
 
     def read(self) -> Reading:
         listed: dict[tuple, scrape.Target] = {}
@@ -106,7 +107,10 @@ class FileSDSource:
                 dead.add(t.process)
             elif listed.get(t.process) is None or t.alive:  # a live file wins a dead one
                 listed[t.process] = t
-        got = scrape.scrape_all(list(listed.values()), self.timeout, self.ssl_context)
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(32, thread_name_prefix="dpobs-cluster")
+        got = scrape.scrape_all(list(listed.values()), self.timeout, self.ssl_context,
+                                pool=self._pool)
         out = {}
         for key, t in listed.items():
             r = got[t]

@@ -13,8 +13,8 @@ told: another boot's file, a file without dpobs's name, or a filesystem without 
 
 A `ProcessTotals` is one process's cumulative counters at one moment, parsed with
 prometheus_client's text parser: per op (`OpTotals`) calls, seconds, errors, bytes read and
-written, keys, missing rows and the latency histogram's cumulative buckets; steps, step
-seconds and buckets; codec seconds per stage; dpobs's own time and swallowed errors per
+written, keys, missing rows and the latency histogram's cumulative buckets; steps and step
+seconds; codec seconds per stage; dpobs's own time and swallowed errors per
 component; outstanding bytes and keys (gauges); the guard's counts in the shape
 stepmetrics.guard_flat gives (None when the process exports no guard series: guard off, or
 on with nothing recorded yet); and the OpenTelemetry `service.instance.id` from target_info
@@ -88,7 +88,6 @@ class ProcessTotals:
     ops: dict[str, OpTotals] = field(default_factory=dict)
     steps: float = 0.0
     step_seconds: float = 0.0
-    step_buckets: dict[float, float] = field(default_factory=dict)
     codec_seconds: dict[str, float] = field(default_factory=dict)
     instrumentation_seconds: dict[str, float] = field(default_factory=dict)
     instrumentation_errors: dict[str, float] = field(default_factory=dict)
@@ -97,16 +96,6 @@ class ProcessTotals:
     guard: dict[str, float] | None = None
     instance_id: str | None = None
     timestamp: float = 0.0  # when scraped (file_sd) or sampled (Prometheus), Unix seconds
-
-    def counters(self) -> list[float]:
-        """Every cumulative value, in a fixed order per key set (for went_back)."""
-        out = [self.steps, self.step_seconds]
-        for op in sorted(self.ops):
-            o = self.ops[op]
-            out += [o.calls, o.seconds, o.errors, o.read_bytes, o.write_bytes, o.keys, o.missing]
-        out += [self.codec_seconds[k] for k in sorted(self.codec_seconds)]
-        out += [self.instrumentation_seconds[k] for k in sorted(self.instrumentation_seconds)]
-        return out
 
     def went_back(self, prev: "ProcessTotals") -> bool:
         """True when this cannot follow `prev` from the same process: another instance id,
@@ -254,8 +243,6 @@ def _step_sample(t: ProcessTotals, name: str, labels: dict, value: float) -> Non
         t.steps += value
     elif name.endswith("_sum"):
         t.step_seconds += value
-    elif name.endswith("_bucket"):
-        _add(t.step_buckets, float(labels["le"]), value)
 
 
 def _guard_sample(guard: dict, name: str, labels: dict, value: float) -> None:
@@ -282,6 +269,8 @@ def parse(text: str, timestamp: float = 0.0) -> ProcessTotals:
 
 
 _LABELS: dict[str, dict[str, str]] = {}
+# Buckets nothing here reads (a third of a typical body): skipped before any parsing.
+_UNUSED = ("dpobs_step_duration_seconds_bucket", "dpobs_codec_duration_seconds_bucket")
 _LABELS_MAX = 50_000
 
 
@@ -290,7 +279,7 @@ def _samples(text: str):
     `name{labels} value [timestamp]`; names hold no '{' and values or timestamps no '}',
     so the first '{' and the last '}' delimit the labels."""
     for line in text.split("\n"):
-        if not line.startswith(("dpobs_", "target_info")):
+        if not line.startswith(("dpobs_", "target_info")) or line.startswith(_UNUSED):
             continue
         brace = line.find("{")
         if brace < 0:
@@ -359,16 +348,19 @@ def scrape(target: Target, timeout: float = 1.0,
 
 
 def scrape_all(targets: list[Target], timeout: float = 1.0,
-               ssl_context: ssl.SSLContext | None = None,
-               max_workers: int = 32) -> dict[Target, ProcessTotals | Exception]:
+               ssl_context: ssl.SSLContext | None = None, max_workers: int = 32,
+               pool: ThreadPoolExecutor | None = None) -> dict[Target, ProcessTotals | Exception]:
     """Every target scraped in parallel: {target: ProcessTotals, or the exception that
     stopped it}. Returns within about timeout (+ parsing) however many hang; a target still
-    unanswered at the deadline maps to TimeoutError. Never raises."""
+    unanswered at the deadline maps to TimeoutError. `pool`: a caller's executor, reused
+    across calls (else one of up to max_workers threads lives for this call). Never raises."""
     out: dict[Target, ProcessTotals | Exception] = {}
     if not targets:
         return out
-    pool = ThreadPoolExecutor(min(max_workers, len(targets)),
-                              thread_name_prefix="dpobs-scrape")
+    own = pool is None
+    if own:
+        pool = ThreadPoolExecutor(min(max_workers, len(targets)),
+                                  thread_name_prefix="dpobs-scrape")
     try:
         futures = {pool.submit(scrape, t, timeout, ssl_context): t for t in targets}
         done, _ = wait(futures, timeout=timeout + 1.0)
@@ -381,7 +373,8 @@ def scrape_all(targets: list[Target], timeout: float = 1.0,
             else:
                 out[t] = fut.result()
     finally:
-        pool.shutdown(wait=False, cancel_futures=True)
+        if own:
+            pool.shutdown(wait=False, cancel_futures=True)
     return out
 
 
