@@ -282,3 +282,34 @@ def test_dpobs_starts_on_first_call_and_again_in_a_forked_child(tmp_path, monkey
         assert value(scrape(parent), KEYS, op="list") == 2
     finally:
         per_process.close()
+
+
+def test_async_client_methods_measured_once_each(cluster, instrumentor):
+    tel = dpobs.start(role="test", rank=0, port=0, verify_tensor_hash=True)
+    td = TensorDict({"y": torch.arange(8).reshape(4, 2)}, batch_size=[4])
+
+    async def session(client):
+        meta = await client.async_get_meta(data_fields=["y"], batch_size=4,
+                                           partition_id="acls", mode="insert")
+        await client.async_put(td, meta)
+        fetched = await client.async_get_meta(data_fields=["y"], batch_size=4,
+                                              partition_id="acls", mode="fetch", task_name="t")
+        got = await client.async_get_data(fetched)
+        await client.async_clear_samples(fetched)
+        return got
+
+    try:
+        instrumentor.instrument(telemetry=tel)
+        got = call(asyncio.run, session(tq.get_client()), timeout_s=T)
+        s = scrape(tel)
+    finally:
+        tel.shutdown()
+    assert [r.tolist() for r in got["y"].unbind()] == td["y"].tolist()
+    assert value(s, OPS, op="claim_meta") == 2
+    assert value(s, OPS, op="put") == 1 and value(s, BYTES, op="put", direction="write") == 64
+    assert value(s, OPS, op="get_data") == 1
+    assert value(s, BYTES, op="get_data", direction="read") == 64
+    assert value(s, OPS, op="clear") == 1 and value(s, KEYS, op="clear") == 4
+    assert value(s, "dpobs_guard_rows_checked_total", field="y") == 4
+    assert value(s, "dpobs_guard_rows_mismatched_total", field="y") == 0
+    assert value(s, "dpobs_client_outstanding_keys") == 0
