@@ -292,7 +292,7 @@ ALLOWED_OPS = {
     "_local_scalar_dense", "contiguous", "new_empty", "empty_like", "view_as", "squeeze",
     "unsqueeze", "stack", "narrow", "split_with_sizes", "split", "set_", "_to_dtype",
     "add_", "floor_divide", "layout", "where", "roll", "scalar_tensor",
-    "bitwise_and_", "bitwise_xor_", "div", "lt",
+    "bitwise_and_", "bitwise_xor_", "div", "lt", "gather", "clamp_max_",
 }
 UNSIGNED_WIDE = {torch.uint16, torch.uint32, torch.uint64}  # few kernels on CUDA
 
