@@ -49,10 +49,28 @@ _clock = time.monotonic  # module attribute: tests move time forward
 ASYNC_WORKERS = 16
 
 
+# Marks the kv_* functions TransferQueueInstrumentor puts on the module (their __wrapped__
+# is TransferQueue's own).
+MEASURED = "__dpobs_measured__"
+
+
 def _tq_module():
     import transfer_queue  # the optional extra: pip install dpobs-otel[transferqueue]
 
     return transfer_queue
+
+
+class _Unmeasured:
+    """A transfer_queue module as the adapter calls it: where TransferQueueInstrumentor has
+    replaced a kv_* function, TransferQueue's own one, so that code using this adapter
+    under the instrumentor (opentelemetry-instrument) is measured once per call, not twice."""
+
+    def __init__(self, module):
+        self.__dict__["_module"] = module
+
+    def __getattr__(self, name):
+        value = getattr(self.__dict__["_module"], name)
+        return value.__wrapped__ if getattr(value, MEASURED, False) else value
 
 
 def _as_list(x):
@@ -80,7 +98,7 @@ class TransferQueueDataPlane:
     either way."""
 
     def __init__(self, module=None, digests: bool = False):
-        self._tq = module if module is not None else _tq_module()
+        self._tq = _Unmeasured(module if module is not None else _tq_module())
         self._digests = digests
         self._short_reads = _ShortReadLog()
 
@@ -219,7 +237,7 @@ class InstrumentedTransferQueue:
     """
 
     def __init__(self, tel, module=None):
-        self._tq = module if module is not None else _tq_module()
+        self._tq = _Unmeasured(module if module is not None else _tq_module())
         self.data_plane = TransferQueueDataPlane(self._tq, digests=tel.guard is not None)
         self.client = tel.instrument(self.data_plane)
         self._pool = None

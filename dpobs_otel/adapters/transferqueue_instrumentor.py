@@ -33,6 +33,8 @@ from typing import Collection
 
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 
+from .transferqueue import MEASURED
+
 __all__ = ["TransferQueueInstrumentor", "KV_FUNCTIONS"]
 
 log = logging.getLogger(__name__)
@@ -105,19 +107,19 @@ def _measured(name: str, original, per_process: _PerProcess):
     """`original` measured through the adapter's method of the same name and signature."""
     if inspect.iscoroutinefunction(original):
         @functools.wraps(original)
-        async def measured_async(*args, **kwargs):
+        async def measured(*args, **kwargs):
             adapter = per_process.adapter()
             if adapter is None:
                 return await original(*args, **kwargs)
             return await getattr(adapter, name)(*args, **kwargs)
-        return measured_async
-
-    @functools.wraps(original)
-    def measured(*args, **kwargs):
-        adapter = per_process.adapter()
-        if adapter is None:
-            return original(*args, **kwargs)
-        return getattr(adapter, name)(*args, **kwargs)
+    else:
+        @functools.wraps(original)
+        def measured(*args, **kwargs):
+            adapter = per_process.adapter()
+            if adapter is None:
+                return original(*args, **kwargs)
+            return getattr(adapter, name)(*args, **kwargs)
+    setattr(measured, MEASURED, True)  # the adapter calls __wrapped__ instead
     return measured
 
 

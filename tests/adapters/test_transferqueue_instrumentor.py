@@ -313,3 +313,24 @@ def test_async_client_methods_measured_once_each(cluster, instrumentor):
     assert value(s, "dpobs_guard_rows_checked_total", field="y") == 4
     assert value(s, "dpobs_guard_rows_mismatched_total", field="y") == 0
     assert value(s, "dpobs_client_outstanding_keys") == 0
+
+
+def test_explicit_adapter_under_the_instrumentor_counts_each_call_once(cluster, instrumentor):
+    from dpobs_otel.adapters import transferqueue
+
+    outer = dpobs.start(role="launcher", rank=0, port=0)
+    inner = dpobs.start(role="explicit", rank=0, port=0)
+    try:
+        instrumentor.instrument(telemetry=outer)  # as opentelemetry-instrument would
+        q = transferqueue.instrument(inner)  # code written against the explicit adapter
+        td = TensorDict({"x": torch.arange(6).reshape(2, 3)}, batch_size=[2])
+        call(q.kv_batch_put, ["e0", "e1"], "explicit", td, timeout_s=T)
+        call(q.kv_batch_get, ["e0", "e1"], "explicit", timeout_s=T)
+        call(tq.kv_clear, keys=["e0", "e1"], partition_id="explicit", timeout_s=T)
+        s_inner, s_outer = scrape(inner), scrape(outer)
+    finally:
+        inner.shutdown()
+        outer.shutdown()
+    assert value(s_inner, OPS, op="put") == 1 and value(s_inner, OPS, op="get") == 1
+    assert value(s_outer, OPS, op="put") is None and value(s_outer, OPS, op="get") is None
+    assert value(s_outer, OPS, op="clear") == 1  # the plain call is the instrumentor's
