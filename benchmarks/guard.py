@@ -13,6 +13,9 @@ drift hits all three alike; medians are reported, and the ratio
 with the spread of that ratio over the rounds (each round's three arms run back to back).
 
     .venv/bin/python benchmarks/guard.py [--rounds 7] [--threads N]
+
+`--fields` instead compares the fingerprint with the fold field by field: CPU time of one side
+(field_digests against torch.hash_tensor per field), interleaved, medians.
 """
 from __future__ import annotations
 
@@ -70,6 +73,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=ROWS)
     ap.add_argument("--tokens", type=int, default=TOKENS)
     ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: default)")
+    ap.add_argument("--fields", action="store_true", help="per-field CPU time, one side")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -77,6 +81,8 @@ def main() -> None:
         raise SystemExit(f"torch {torch.__version__} has no torch.hash_tensor: no XOR-fold baseline")
 
     batch = make_batch(args.rows, args.tokens)
+    if args.fields:
+        return per_field(batch, args.rounds)
     ids = [f"uid-{i}" for i in range(args.rows)]
     tel_on = dpobs.start(role="bench-on", rank=0, port=0, verify_tensor_hash=True)
     tel_off = dpobs.start(role="bench-off", rank=1, port=0, verify_tensor_hash=False)
@@ -150,6 +156,30 @@ def main() -> None:
           f"{cmed['off'] * 1e3:.1f} ms, on {cmed['on'] * 1e3:.1f} ms, two XOR folds "
           f"{cmed['xor2'] * 1e3:.1f} ms, ratio {(cmed['on'] - cmed['off']) / cmed['xor2']:.2f}")
     print(f"  rows checked {checked:.0f}, mismatched {mism:.0f}")
+
+
+def per_field(batch: TensorDict, rounds: int) -> None:
+    from dpobs_otel.guard.fingerprint import field_digests, id_salts
+
+    salts = id_salts([f"uid-{i}" for i in range(batch.batch_size[0])], "bench")
+    arms = {}
+    for name, value in batch.items():
+        arms[(name, "fp")] = lambda v=value, n=name: field_digests(v, n, salts)
+        arms[(name, "xor")] = lambda td=batch.select(name): xor_fold(td)
+    for fn in arms.values():
+        fn()
+    cpu: dict = {k: [] for k in arms}
+    for _ in range(rounds):
+        for key, fn in arms.items():
+            t = time.process_time()
+            fn()
+            cpu[key].append(time.process_time() - t)
+    med = {k: statistics.median(v) * 1e3 for k, v in cpu.items()}
+    print(f"CPU ms of one side, medians of {rounds} rounds, {torch.get_num_threads()} threads")
+    for name in list(batch.keys()) + ["all"]:
+        f = med[(name, "fp")] if name != "all" else sum(v for (n, a), v in med.items() if a == "fp")
+        x = med[(name, "xor")] if name != "all" else sum(v for (n, a), v in med.items() if a == "xor")
+        print(f"  {name:12s} fingerprint {f:7.2f}   xor fold {x:7.2f}   ratio {f / x:5.2f}")
 
 
 if __name__ == "__main__":
