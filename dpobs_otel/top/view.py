@@ -1,8 +1,10 @@
 """One frame of `dpobs top`, drawn with rich: a header, the jobs' answers, each job's ops,
-the processes worst first, the firing alerts. Numbers have fixed units per column (%, ms,
-MB/s, MB) so a frame reads, and parses, the same every refresh; a missing answer is '-'."""
+the processes worst first, the firing alerts. Fractions in %, latencies in ms, bytes in
+decimal units, all to three significant digits (a fixed number of decimals would show a
+slow job's rates as 0.00); a missing answer is '-'."""
 from __future__ import annotations
 
+import math
 import time
 
 from rich import box
@@ -12,9 +14,17 @@ from rich.text import Text
 
 from .model import Answers
 
-MB = 1e6
+UNITS = ("B", "kB", "MB", "GB", "TB")
 DASH = "-"
 SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
+
+
+def sig(x: float, digits: int = 3) -> str:
+    """x with `digits` significant digits in fixed point (no exponent): 0.0512, 5.12, 512."""
+    if x == 0 or not math.isfinite(x):
+        return f"{x:.0f}" if x == 0 else str(x)
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(x))))
+    return f"{x:.{min(decimals, 6)}f}"
 
 
 def pct(x: float | None) -> str:
@@ -22,11 +32,18 @@ def pct(x: float | None) -> str:
 
 
 def ms(x: float | None) -> str:
-    return DASH if x is None else f"{x * 1e3:.2f}"
+    return DASH if x is None else sig(x * 1e3)
 
 
-def mb(x: float | None) -> str:
-    return DASH if x is None else f"{x / MB:.2f}"
+def size(x: float | None, per: str = "") -> str:
+    """Bytes in decimal units (B, kB, MB, GB, TB), three significant digits."""
+    if x is None:
+        return DASH
+    for unit in UNITS:
+        if abs(x) < 1000 or unit == UNITS[-1]:
+            return f"{sig(x)} {unit}{per}"
+        x /= 1000
+    raise AssertionError("unreachable")
 
 
 def count(x: float | None) -> str:
@@ -34,7 +51,7 @@ def count(x: float | None) -> str:
 
 
 def rate(x: float | None) -> str:
-    return DASH if x is None else f"{x:.1f}"
+    return DASH if x is None else sig(x)
 
 
 def _window(s: float | None) -> str:
@@ -60,12 +77,13 @@ def header(a: Answers, every_s: float | None) -> Text:
 
 
 def jobs_table(a: Answers) -> Table:
-    t = _table("Jobs", "job", "frac_of_step", "slowest proc", "read MB/s", "write MB/s",
-               "outstanding MB", "guard checked", "mismatched")
+    t = _table("Jobs", "job", "frac_of_step", "slowest proc", "read", "write",
+               "outstanding", "guard checked", "mismatched")
     for j in a.jobs:
         bad = j.guard_mismatched is not None and j.guard_mismatched > 0
         t.add_row(j.job, pct(j.frac_of_step), pct(j.max_frac_of_step),
-                  mb(j.read_bytes_per_s), mb(j.write_bytes_per_s), mb(j.outstanding_bytes),
+                  size(j.read_bytes_per_s, "/s"), size(j.write_bytes_per_s, "/s"),
+                  size(j.outstanding_bytes),
                   count(j.guard_checked),
                   Text(count(j.guard_mismatched), style="bold red" if bad else ""))
     return t
