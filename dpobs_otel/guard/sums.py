@@ -216,7 +216,7 @@ def _block_prefix(words: torch.Tensor) -> torch.Tensor:
         rows = max(1, _cpu_chunk() // per)  # each op under the grain size, as above
         for r0 in range(0, n_chunks, rows):
             grid[r0:r0 + rows].mul_(inner).mul_(outer[r0:r0 + rows])
-    torch.cumsum(blocks, 0, dtype=torch.int32, out=blocks)
+    blocks.cumsum_(0)  # in place, int32: wraps mod 2^32
     return prefix
 
 
