@@ -27,9 +27,16 @@ def main(argv=None) -> int:
     cfg = demo.config(args)
     cfg.alternate, cfg.duration, cfg.sd_dir, cfg.corrupt_at = True, None, None, None
     cycles: dict[int, tuple[float, bool]] = {}
+    progress = demo.Progress(cfg)  # the parent's line on stderr; the steps run elsewhere
+
+    def on_step(step, dt, elapsed, on):
+        cycles[step] = (dt, on)
+        progress(step, dt, elapsed)
+
     with Workload(cfg) as wl:
         wl.warmup()
-        wl.run(lambda step, dt, elapsed, on: cycles.__setitem__(step, (dt, on)))
+        wl.run(on_step)
+    progress.finish()
     ratios, on_s, off_s = [], [], []
     for first in range(1, cfg.steps, 2):
         pair = [cycles.get(first), cycles.get(first + 1)]
@@ -47,8 +54,9 @@ def main(argv=None) -> int:
     print(f"demo step cycle, {len(ratios)} pairs ({cfg.trainers} trainers, batch "
           f"{cfg.batch_size}, lengths {cfg.min_len}-{cfg.max_len}, store latency "
           f"{cfg.latency_s * 1e3:g} ms, guard {'on' if cfg.verify else 'off'})")
-    print(f"  median step: dpobs on {statistics.median(on_s) * 1e3:.2f} ms, "
-          f"off {statistics.median(off_s) * 1e3:.2f} ms")
+    print(f"  {'arm':<12}{'median step ms':>16}")
+    for arm, xs in (("dpobs on", on_s), ("dpobs off", off_s)):
+        print(f"  {arm:<12}{statistics.median(xs) * 1e3:>16.2f}")
     print(f"  median paired ratio on/off: {med:.4f}  (IQR {q1:.4f}-{q3:.4f}; goal <= 1.01)")
     return 0
 

@@ -27,6 +27,7 @@ import torch
 from tensordict import TensorDict
 
 import dpobs_otel as dpobs
+from progress import Progress  # benchmarks/progress.py: this script's folder
 
 ROWS = 1536
 TOKENS = 4352  # mean row length: 1536 * 4352 * (8 + 2 + 4 + 1) bytes = 100 MB
@@ -110,11 +111,14 @@ def main() -> None:
     times: dict[str, list[float]] = {k: [] for k in arms}
     cpu: dict[str, list[float]] = {k: [] for k in arms}  # all of this process's threads
     order = list(arms)
+    progress = Progress(args.rounds)
     for r in range(args.rounds):
         for name in order[r % 3:] + order[: r % 3]:
             wall, used = arms[name]()
             times[name].append(wall)
             cpu[name].append(used)
+        progress(r + 1)  # between rounds, outside every timed arm
+    progress.finish()
     cmed = {k: statistics.median(v) for k, v in cpu.items()}
     med = {k: statistics.median(v) for k, v in times.items()}
 

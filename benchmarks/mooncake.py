@@ -32,6 +32,7 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 import torch  # noqa: E402
 
 import dpobs_otel as dpobs  # noqa: E402
+from progress import Progress  # noqa: E402  benchmarks/progress.py
 from dpobs_otel.demo.batches import Config, make_rows, pack  # noqa: E402
 from dpobs_otel.adapters.mooncake import MooncakeDataPlane, instrument_store  # noqa: E402
 from dpobs_otel.adapters.mooncake_master import MooncakeMaster  # noqa: E402
@@ -114,7 +115,9 @@ def main() -> None:
         times = {kind: {(arm, op): [] for arm in ("bare", "dpobs") for op in OPS}
                  for kind in arms}
         try:
+            progress = Progress(a.warmup + a.iters, "iterations")
             for it in range(a.warmup + a.iters):
+                progress(it)  # before the iteration's timed rounds
                 order = ["bare", "dpobs"] if it % 2 == 0 else ["dpobs", "bare"]
                 for kind in arms:
                     for arm in order:
@@ -124,6 +127,8 @@ def main() -> None:
                         if it >= a.warmup:
                             for op in OPS:
                                 times[kind][(arm, op)].append(res[op])
+            progress(a.warmup + a.iters)
+            progress.finish()
             print(f"Mooncake 0.3.13 (TCP, loopback), {a.rows} rows, "
                   f"{payload_nbytes(td) / 1024:.0f} KiB payload; {a.iters} interleaved iterations after {a.warmup} warm-up; "
                   "medians")

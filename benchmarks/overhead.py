@@ -26,6 +26,7 @@ from tensordict import TensorDict
 import dpobs_otel as dpobs
 from dpobs_otel import names
 from dpobs_otel.sizing import payload_nbytes
+from progress import Progress  # benchmarks/progress.py: this script's folder
 
 ROWS, TOKENS = 256, 12_000_000 // 8 // 256  # ~12 MB of int64 tokens
 
@@ -120,11 +121,14 @@ def main() -> None:
     for _ in range(20):  # warm-up: first SDK records allocate their aggregations
         for k, c in arms.items():
             cycle(c, ids, batch)
+    progress = Progress(args.rounds)
     for r in range(args.rounds):
         for k, c in arms.items():
             times[k].append(cycle(c, ids, batch))
         if r % args.bare_every == 0:
             times["d"].append(cycle(bare, ids, batch))
+        progress(r + 1)  # between rounds, outside every timed cycle
+    progress.finish()
     tel.shutdown()
     med = {k: statistics.median(v) * 1e6 / 3 for k, v in times.items()}  # per op
     mb = payload_nbytes(batch) / 1e6

@@ -34,6 +34,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from tq_harness import start, stop  # noqa: E402
 
 import dpobs_otel as dpobs  # noqa: E402
+from progress import Progress  # noqa: E402  benchmarks/progress.py
 import dpobs_otel.adapters.transferqueue as dtq  # noqa: E402
 
 
@@ -90,7 +91,9 @@ def measure(arms: dict, rows: int, iters: int, warmup: int) -> dict:
     For the guarded arm also (op, arm + " -fp"): the call minus the guard hooks' own time
     (fingerprints), i.e. what carrying the digests through TransferQueue costs."""
     times = {(op, name): [] for op in ("put", "get") for name in arms}
+    progress = Progress(warmup + iters, "iterations")
     for it in range(warmup + iters):
+        progress(it)  # before the iteration's timed calls
         order = list(arms.items())
         order = order[it % len(order):] + order[:it % len(order)]
         for op in ("put", "get"):
@@ -106,6 +109,8 @@ def measure(arms: dict, rows: int, iters: int, warmup: int) -> dict:
                     times[(op, name)].append(dt * 1e3)
                     if tel is not None:
                         times.setdefault((op, name + " -fp"), []).append((dt - dg) * 1e3)
+    progress(warmup + iters)
+    progress.finish()
     return times
 
 
