@@ -298,3 +298,17 @@ def breakdown(w: Window) -> tuple[list[str], list[list]]:
                      slow[1]["role"] if slow else None, slow[1]["rank"] if slow else None,
                      1e3 * slow[0] if slow else None])
     return list(COLUMNS), rows
+
+
+def text(got: dict, table: tuple[list[str], list[list]]) -> str:
+    """A cluster dict and its breakdown as a few lines for a terminal or a log."""
+    keys = ("processes", "steps", "frac_of_step", "frac_of_step_max", "data_plane_s",
+            "processes_restarted", "processes_unreachable", "processes_lost", "scrape_s",
+            "staleness_s")
+    out = ["  " + "  ".join(f"{k}={got[PREFIX + k]:.4g}" for k in keys if PREFIX + k in got)]
+    columns, rows = table
+    out.append("  " + "".join(f"{c:>10}" for c in columns[:6]) + "  slowest (role rank)")
+    for r in rows:
+        cells = "".join(f"{'-' if v is None else format(v, '.4g'):>10}" for v in r[1:6])
+        out.append(f"  {r[0]:>10}{cells}  {r[6] or '-'} {r[7] or ''}")
+    return "\n".join(out)

@@ -295,3 +295,27 @@ def test_prometheus_source_restarts_unreachable_lost_and_staleness():
         assert counts(got) == (1, 0, 1, 0) and got[P + "steps"] == 3
     finally:
         server.shutdown()
+
+
+def test_demo_reports_the_cluster_view_of_its_measured_steps(sd):
+    from dpobs_otel.demo.batches import Config
+    from dpobs_otel.demo.report import merge, report, session
+
+    cfg = Config(steps=4, trainers=2, batch_size=8, min_len=8, max_len=32, latency_s=0.001,
+                 sd_dir=str(sd), verify=True, corrupt_at=2)
+    with session(cfg) as res:
+        text = report(res, None, cfg)
+    got, (columns, rows) = res.cluster
+    measured = merge(res.truth.values())
+    assert got[P + "processes"] == len(res.info) == 4
+    assert got[P + "steps"] == measured["steps"]
+    for op, d in measured["ops"].items():
+        assert got[f"{P}op/{op}/calls"] == len(d), op
+        assert got[f"{P}op/{op}/seconds"] == pytest.approx(d.total, rel=0.05), op
+        moved = sum(v for (o, _), v in measured["bytes"].items() if o == op)
+        assert round(got[f"{P}op/{op}/mb"] * 1e6) == moved, op
+    # the corrupted row (a measured step: the warm-up had none), as each process exports it
+    mismatched = sum(v for k in res.scraped for n, _, v in res.scraped[k]
+                     if n == "dpobs_guard_rows_mismatched_total")
+    assert got[P + "guard/rows_mismatched"] == mismatched >= 1
+    assert "Cluster view" in text and all(f"  {r[0]:>10}" in text for r in rows)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from ..cluster import ClusterView, text as cluster_text
 from .stack import Stack, binaries
 from .backends import BACKENDS, available
 from .batches import Config
@@ -73,6 +74,7 @@ class Result:
     warm: dict  # (role, rank) -> truth of the warm-up step
     truth: dict  # (role, rank) -> truth of the measured steps
     scraped: dict  # (role, rank) -> [(name, labels, value)] from its /metrics at the end
+    cluster: tuple | None = None  # (dict, (columns, rows)): the measured steps' cluster view
 
     def total(self, key) -> dict:
         """Warm-up plus measured steps: what a process's counters hold."""
@@ -90,12 +92,16 @@ def session(cfg: Config, stack: Stack | None = None, on_ready=None, on_step=None
         wl.warmup()
         if stack is not None:  # rates then start at this quiescent, post-warm-up sample
             stack.wait_scraped(instances, after=time.time())
+        view = ClusterView(cfg.sd_dir, cfg.job) if cfg.sd_dir else None
+        if view is not None:
+            view.step_metrics()  # the baseline: every process at rest after the warm-up
         wl.run(on_step)
+        cluster = (view.step_metrics(), view.breakdown()) if view is not None else None
         if stack is not None:
             stack.wait_scraped(instances, after=time.time())
             stack.wait_evaluated(after=time.time())
         scraped = {k: scrape(i["endpoint"]) for k, i in wl.info.items()}
-        yield Result(dict(wl.info), dict(wl.warm), dict(wl.truth), scraped)
+        yield Result(dict(wl.info), dict(wl.warm), dict(wl.truth), scraped, cluster)
 
 
 def scrape(endpoint: str) -> list[tuple[str, dict, float]]:
@@ -227,6 +233,9 @@ def report(res: Result, stack: Stack | None, cfg: Config) -> str:
                      f"{frac_of_step(res.truth[k]):>8.1%}"
                      f"{'-' if p is None else format(p, '.1%'):>12}")
     lines.append(_guard_line(samples, cfg))
+    if res.cluster is not None:
+        lines.append("\nCluster view (tel.cluster_step_metrics(sd_dir), the measured steps)\n"
+                     + cluster_text(*res.cluster))
     if stack is not None:
         lines += _prometheus_lines(stack, measured)
     return "\n".join(lines)
