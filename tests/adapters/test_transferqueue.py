@@ -1,20 +1,15 @@
-"""dpobs on a live TransferQueue 0.1.11 (local Ray, one storage unit, num_cpus=2).
+"""dpobs on a live TransferQueue 0.1.11 (local Ray, one storage unit, num_cpus=2): every op's
+exact numbers, missing rows and fields, and the guard's digests in the rows' tags.
 
-Ray and TransferQueue start once for the module (~30 s) and stop at its end, also on failure.
-Every TransferQueue call runs under a timeout (its sync API has none). The imports below are
+Ray and TransferQueue start once for the module and stop at its end, also on failure. Every
+TransferQueue call runs under a timeout (its sync API has none). The imports below are
 deliberately unconditional: without transferqueue these tests must fail, not skip.
 """
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import json
 import logging
 import os
-import select
-import subprocess
-import sys
-import types
 
 import msgpack
 import pytest
@@ -22,44 +17,11 @@ import torch
 import transfer_queue as tq
 from conftest import scrape, value
 from tensordict import NonTensorStack, TensorDict
-from tq_harness import call, start, stop
+from tq_fixtures import BYTES, KEYS, MISSING, OPS, T, cluster, make_tel  # noqa: F401
+from tq_harness import call
 
-import dpobs_otel as dpobs
 import dpobs_otel.adapters.transferqueue as dtq
 from dpobs_otel.guard import digest_name
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-OPS = "dpobs_client_operation_duration_seconds_count"
-BYTES = "dpobs_client_transferred_bytes_total"
-KEYS = "dpobs_client_keys_total"
-MISSING = "dpobs_client_rows_missing_total"
-T = 60  # seconds: the timeout of one TransferQueue call
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    handle = start()  # stops what it started if it fails half way
-    try:
-        yield handle
-    finally:
-        stop()  # tq.close() (this process started it) + ray.shutdown()
-
-
-@pytest.fixture
-def make_tel(monkeypatch):
-    for var in ("DPOBS_ROLE", "DPOBS_RANK", "DPOBS_PORT", "DPOBS_HOST", "DPOBS_SD_DIR",
-                "DPOBS_VERIFY_TENSOR_HASH", "DPOBS_JOB"):
-        monkeypatch.delenv(var, raising=False)
-    made = []
-
-    def make(guard: bool):
-        t = dpobs.start(role="test", rank=0, port=0, verify_tensor_hash=guard)
-        made.append(t)
-        return t
-
-    yield make
-    for t in made:
-        t.shutdown()
 
 
 # -- independent truth ----------------------------------------------------------------
@@ -304,233 +266,3 @@ def test_digests_travel_in_tags_through_delta_writes_subsets_and_rewrites(cluste
     assert rows_of(got["mask"]) == (~parsed["mask"]).tolist()  # the parser did rewrite them
     assert counts("mask") == (3, 0, 2)
     call(q.kv_clear, ids + ["p0", "p1"], pid, timeout_s=T)
-
-
-# -- 3. writer and reader in other processes ------------------------------------------------
-N_WIRE = 8
-PID_WIRE = "wire"
-
-_WRITER = """
-import json, sys, torch
-sys.path.insert(0, {here!r})
-from tq_harness import attach, detach, call
-import dpobs_otel as dpobs, dpobs_otel.adapters.transferqueue as dtq
-from tensordict import TensorDict
-attach({address!r})
-tel = dpobs.start(role="writer", rank=0, port=0, verify_tensor_hash=True)
-try:
-    n, g = {n}, torch.Generator().manual_seed(7)
-    td = TensorDict({{
-        "dense": torch.randint(0, 50000, (n, 12), generator=g),
-        "bf": torch.randn(n, 5, generator=g).bfloat16(),
-        "mask": torch.rand(n, 9, generator=g) > 0.5,
-        "img": torch.randn(n, 4, 2, generator=g),
-        "one": torch.randint(0, 9, (n, 1), generator=g),
-        "score": torch.randn(n, generator=g),
-        "tok": torch.nested.nested_tensor(
-            [torch.randint(0, 9, (k,), generator=g) for k in range(1, n + 1)],
-            layout=torch.jagged),
-    }}, batch_size=[n])
-    q = dtq.instrument(tel)
-    call(q.kv_batch_put, [f"w{{i}}" for i in range(n)], {pid!r}, td, timeout_s=60)
-finally:
-    tel.shutdown()
-    detach()
-print("written", flush=True)
-"""
-
-_READER = """
-import json, sys
-sys.path.insert(0, {here!r})
-from tq_harness import attach, detach, call
-import dpobs_otel as dpobs, dpobs_otel.adapters.transferqueue as dtq
-attach({address!r})
-tel = dpobs.start(role="reader", rank=0, port=0, verify_tensor_hash=True)
-try:
-    q = dtq.instrument(tel)
-    print(json.dumps({{"endpoint": tel.endpoint}}), flush=True)
-    for line in sys.stdin:
-        if line.strip() != "read":
-            break
-        got = call(q.kv_batch_get, [f"w{{i}}" for i in range({n})], {pid!r}, timeout_s=60)
-        print(json.dumps({{"rows": got.batch_size[0], "fields": sorted(got.keys())}}), flush=True)
-finally:
-    tel.shutdown()
-    detach()
-"""
-
-
-def _readline(proc, timeout_s: float) -> str:
-    ready, _, _ = select.select([proc.stdout], [], [], timeout_s)
-    if not ready:
-        raise TimeoutError(f"no answer from pid {proc.pid} within {timeout_s}s")
-    line = proc.stdout.readline()
-    if not line:
-        raise RuntimeError(f"pid {proc.pid} exited (rc={proc.wait(10)}): {proc.stderr.read()[-3000:]}")
-    return line
-
-
-def test_reader_process_verifies_writer_process_digests(cluster, tmp_path):
-    fmt = dict(here=HERE, address=cluster.ray_address, n=N_WIRE, pid=PID_WIRE)
-    err = open(tmp_path / "reader.err", "w+")
-    procs = []
-    try:
-        # Both children start together (each pays ~8 s to import and attach).
-        reader = subprocess.Popen([sys.executable, "-c", _READER.format(**fmt)], text=True,
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
-        procs.append(reader)
-        writer = subprocess.run([sys.executable, "-c", _WRITER.format(**fmt)], text=True,
-                                capture_output=True, timeout=180)
-        assert writer.returncode == 0 and "written" in writer.stdout, writer.stderr[-3000:]
-        endpoint = json.loads(_readline(reader, 120))["endpoint"]
-        at = types.SimpleNamespace(endpoint=endpoint)
-
-        def read() -> dict:
-            reader.stdin.write("read\n")
-            reader.stdin.flush()
-            out = json.loads(_readline(reader, 60))
-            assert out["rows"] == N_WIRE
-            assert "__dpobs" not in " ".join(out["fields"])
-            return scrape(at)
-
-        fields = ("dense", "bf", "mask", "img", "one", "score", "tok")
-        s = read()
-        for f in fields:  # the writer's digests, recomputed by another process: all clean
-            assert value(s, "dpobs_guard_rows_checked_total", field=f) == N_WIRE, f
-            assert value(s, "dpobs_guard_rows_mismatched_total", field=f) == 0, f
-            assert value(s, "dpobs_guard_rows_unverified_total", field=f) is None, f
-        assert not any(k[0].startswith(("dpobs_guard_fields_skipped", "dpobs_guard_failures"))
-                       for k in s)
-
-        # A third, uninstrumented client rewrites one element of w3's dense row in place.
-        row = call(tq.kv_batch_get, keys=["w3"], partition_id=PID_WIRE,
-                   select_fields=["dense"], timeout_s=T)["dense"].unbind()[0].clone()
-        row[5] += 1
-        call(tq.kv_batch_put, keys=["w3"], partition_id=PID_WIRE, timeout_s=T,
-             fields=TensorDict({"dense": row.unsqueeze(0)}, batch_size=[1]))
-
-        s = read()
-        assert value(s, "dpobs_guard_rows_mismatched_total", field="dense") == 1
-        for f in fields:
-            assert value(s, "dpobs_guard_rows_checked_total", field=f) == 2 * N_WIRE, f
-            if f != "dense":
-                assert value(s, "dpobs_guard_rows_mismatched_total", field=f) == 0, f
-        reader.stdin.write("exit\n")
-        reader.stdin.flush()
-        assert reader.wait(60) == 0
-        err.seek(0)
-        log = err.read()
-        assert "fingerprint mismatch: field=dense sample_id=w3 row=3" in log
-        assert log.count("fingerprint mismatch") == 1
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait(30)
-        err.close()
-        call(tq.kv_clear, [f"w{i}" for i in range(N_WIRE)], PID_WIRE, timeout_s=T)
-
-
-# -- 4. every kv_* entry point of the installed TransferQueue, failures included -----------
-KV_ENTRY_POINTS = sorted(n for n in dir(tq) if n.startswith(("kv_", "async_kv_")))
-OP_OF = {"kv_put": "put", "kv_batch_put": "put", "kv_batch_get": "get",
-         "kv_batch_get_by_meta": "get", "kv_list": "list", "kv_clear": "clear"}
-
-
-def test_adapter_defines_every_kv_entry_point():
-    # Enumerated from the installed module: a kv_* function added upstream fails this test
-    # instead of passing through unmeasured.
-    assert len(KV_ENTRY_POINTS) == 12, KV_ENTRY_POINTS
-    assert {n.removeprefix("async_") for n in KV_ENTRY_POINTS} == set(OP_OF)
-    assert [n for n in KV_ENTRY_POINTS if n not in vars(dtq.InstrumentedTransferQueue)] == []
-
-
-def _calls(pid: str, meta) -> dict:
-    """entry point (sync name) -> (a call TransferQueue serves, calls it refuses)."""
-    td3 = TensorDict({"x": torch.arange(6).reshape(3, 2)}, batch_size=[3])
-    ids = list(meta.keys)
-    return {
-        "kv_put": (("g", pid, {"x": torch.tensor([1, 2])}), [("g", pid, [1])]),
-        "kv_batch_put": ((["g0", "g1", "g2"], pid, td3), [(["g0"], pid, td3)]),
-        "kv_batch_get": ((ids, pid), [(["nobody"], pid)]),
-        "kv_batch_get_by_meta": ((meta,), [(dataclasses.replace(meta, partition_id=None),),
-                                          (meta, ["not_in_meta"])]),
-        "kv_list": ((pid,), [(["not", "a", "partition"],)]),
-        "kv_clear": ((ids, pid), [(None, pid)]),
-    }
-
-
-def _refusal(fn, args):
-    with pytest.raises(Exception) as info:
-        call(fn, *args, timeout_s=T)
-    return type(info.value), str(info.value)
-
-
-@pytest.mark.parametrize("name", KV_ENTRY_POINTS)
-def test_every_kv_entry_point_timed_and_counted_including_failures(cluster, make_tel, name):
-    tel = make_tel(True)
-    q = dtq.instrument(tel)
-    pid = f"entry-{name}"
-    sync = name.removeprefix("async_")
-    meta = call(tq.kv_batch_put, keys=["m0", "m1"], partition_id=pid, timeout_s=T,
-                fields=TensorDict({"x": torch.tensor([[1, 1], [2, 2]])}, batch_size=[2]))
-    good, bad = _calls(pid, meta)[sync]
-
-    fn = getattr(q, name)
-
-    def invoke(*args):
-        out = fn(*args)
-        return asyncio.run(out) if name.startswith("async_") else out
-
-    call(invoke, *good, timeout_s=T)
-    expected = []
-    for args in bad:
-        want = _refusal(getattr(tq, sync), args)  # what bare TransferQueue raises
-        assert _refusal(invoke, args) == want  # the same exception, unchanged
-        expected.append(want[0].__name__)
-    s = scrape(tel)
-    op = OP_OF[sync]
-    assert value(s, OPS, op=op) == 1 + len(bad)  # failures are timed too
-    for error_type in set(expected):
-        assert value(s, "dpobs_client_operation_errors_total", op=op,
-                     error_type=error_type) == expected.count(error_type)
-    assert sum(v for (n, _), v in s.items() if n == "dpobs_client_operation_errors_total") \
-        == len(bad)
-    call(tq.kv_clear, ["m0", "m1", "g", "g0", "g1", "g2"], pid, timeout_s=T)
-
-
-# -- 5. rows TransferQueue drops from a read: counted always, logged once a minute --------
-def test_dropped_rows_logged_once_per_partition_per_minute(cluster, make_tel, caplog,
-                                                           monkeypatch):
-    tel = make_tel(False)
-    q = dtq.instrument(tel)
-    now = [1000.0]
-    monkeypatch.setattr(dtq, "_clock", lambda: now[0], raising=False)
-    td = TensorDict({"x": torch.tensor([[1, 1], [2, 2]])}, batch_size=[2])
-    for pid in ("drop1", "drop2"):
-        call(q.kv_batch_put, ["a", "b"], pid, td, timeout_s=T)
-
-    def lines(pid):
-        return [r.getMessage() for r in caplog.records
-                if r.name == "dpobs_otel.adapters.transferqueue" and f"partition {pid!r}" in r.getMessage()]
-
-    with caplog.at_level(logging.WARNING, logger="dpobs_otel.adapters.transferqueue"):
-        for i in range(3):
-            got = call(q.kv_batch_get, ["a", f"ghost{i}", "b"], "drop1", timeout_s=T)
-            assert got.batch_size[0] == 2
-        call(q.kv_batch_get, ["ghost", "ghost'", "a"], "drop2", timeout_s=T)
-        assert len(lines("drop1")) == 1 and "missing: ghost0" in lines("drop1")[0]
-        assert len(lines("drop2")) == 1
-        now[0] += 59.0
-        call(q.kv_batch_get, ["a", "ghost3", "b"], "drop1", timeout_s=T)
-        assert len(lines("drop1")) == 1
-        now[0] += 2.0  # a minute after the first line
-        call(q.kv_batch_get, ["ghost4", "b"], "drop1", timeout_s=T)
-        assert len(lines("drop1")) == 2
-        # The line after a quiet minute says what it did not log.
-        assert "missing: ghost4" in lines("drop1")[1]
-        assert "3 earlier short reads (3 rows) not logged" in lines("drop1")[1]
-    s = scrape(tel)
-    assert value(s, MISSING, op="get") == 3 + 2 + 1 + 1  # every dropped row, logged or not
-    for pid in ("drop1", "drop2"):
-        call(tq.kv_clear, ["a", "b"], pid, timeout_s=T)

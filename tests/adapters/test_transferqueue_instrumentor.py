@@ -22,7 +22,8 @@ import torch
 import transfer_queue as tq
 from conftest import scrape, value
 from tensordict import TensorDict
-from tq_harness import LOOPBACK_ENV, call, start, stop
+from tq_fixtures import BYTES, KEYS, OPS, T, cluster  # noqa: F401
+from tq_harness import LOOPBACK_ENV, call
 
 import tq_rollout_actor
 
@@ -31,19 +32,6 @@ from dpobs_otel.adapters.tq_client import ASYNC_METHODS, SYNC_METHODS
 from dpobs_otel.adapters.transferqueue_instrumentor import KV_FUNCTIONS, TransferQueueInstrumentor
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-OPS = "dpobs_client_operation_duration_seconds_count"
-BYTES = "dpobs_client_transferred_bytes_total"
-KEYS = "dpobs_client_keys_total"
-T = 60
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    handle = start()
-    try:
-        yield handle
-    finally:
-        stop()
 
 
 @pytest.fixture
