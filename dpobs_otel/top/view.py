@@ -1,5 +1,5 @@
-"""One frame of `dpobs top`, drawn with rich: a header, the jobs' answers, each job's ops,
-the processes worst first, the firing alerts. Fractions in %, latencies in ms, bytes in
+"""One frame of `dpobs top`, drawn with rich: a header, the firing alerts, the jobs'
+answers, each job's ops, the processes worst first. Fractions in %, latencies in ms, bytes in
 decimal units, all to three significant digits (a fixed number of decimals would show a
 slow job's rates as 0.00); a missing answer is '-'."""
 from __future__ import annotations
@@ -100,8 +100,9 @@ def ops_table(a: Answers) -> Table:
 
 
 def processes_table(a: Answers) -> Table:
-    t = _table("Processes, worst frac_of_step first", "job", "role", "rank", "node",
-               "instance", "frac_of_step", "state")
+    down = sum(not p.up for p in a.processes)
+    t = _table(f"Processes ({len(a.processes) - down} up, {down} down), worst frac_of_step "
+               "first", "job", "role", "rank", "node", "instance", "frac_of_step", "state")
     for p in a.processes:
         state = Text("up", style="green") if p.up else Text(
             "DOWN" + (f" ({p.error})" if p.error else ""), style="bold red")
@@ -130,5 +131,6 @@ def frame(a: Answers, every_s: float | None = None) -> Group:
     parts = [header(a, every_s)]
     if a.error:
         parts.append(Text(f"source error: {a.error}", style="bold red"))
-    parts += [jobs_table(a), ops_table(a), processes_table(a), alerts_text(a)]
+    # Alerts above the tables: a terminal too short for every process crops the bottom.
+    parts += [alerts_text(a), jobs_table(a), ops_table(a), processes_table(a)]
     return Group(*parts)

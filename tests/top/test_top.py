@@ -209,7 +209,7 @@ def test_file_sd_source_answers_from_two_scrapes_of_live_endpoints(cluster):
         assert ops[op].p90_s == pytest.approx(quantile_in(bucket, 0.9), rel=1e-9)
         assert ops[op].p99_s == pytest.approx(quantile_in(bucket, 0.99), rel=1e-9)
     shown = text(a)
-    assert "DOWN (connection refused)" in shown and "ghost" in shown
+    assert "DOWN (connection refused)" in shown and "Processes (2 up, 1 down)" in shown
     assert size(job.read_bytes_per_s, "/s") in shown and ms(ops["put"].p99_s) in shown
     assert "Alerts: only with --prometheus" in shown
 
@@ -508,7 +508,7 @@ def test_top_on_prometheus_shows_the_recording_rules(paused_demo):
         (number(p["frac_of_step"]) for p in procs[:-1]), reverse=True)
     assert procs[-1]["instance"] == paused_demo["ghost"] and procs[-1]["state"].startswith("DOWN")
     assert len(procs) == len(paused_demo["info"]) + 1
-    alerts = shown[shown.index("Alerts firing"):]
+    alerts = shown[shown.index("Alerts firing"):shown.index("Jobs")]
     assert r1["alerts"] == ["DpobsWireHashMismatch"] and "DpobsWireHashMismatch critical" in alerts
 
 
