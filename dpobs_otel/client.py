@@ -48,7 +48,7 @@ class InstrumentedClient:
         try:
             result = self._inner.put_samples(sample_ids, partition_id, stored, tags, **kwargs)
         except BaseException as exc:
-            self._failed("put", exc, perf_counter() - t1)
+            self.record_failure("put", exc, perf_counter() - t1)
             raise
         t2 = perf_counter()
         try:  # bytes in a guard of their own (see _sized), inlined on the hottest path
@@ -58,7 +58,7 @@ class InstrumentedClient:
             sizes = {UNSIZED: 0}
         try:
             n = len(sample_ids)
-            self._done("put", t2 - t1, n, write=sum(sizes.values()),
+            self.record_op("put", t2 - t1, n, write=sum(sizes.values()),
                        occupy=(partition_id, sample_ids, sizes),
                        overhead=t1 - t0 if self._guard is None else 0.0, t_end=t2)
             self._rows_since_reconcile += n
@@ -95,7 +95,7 @@ class InstrumentedClient:
         try:
             result = self._inner.clear_samples(sample_ids, partition_id, **kwargs)
         except BaseException as exc:
-            self._failed("clear", exc, perf_counter() - t1)
+            self.record_failure("clear", exc, perf_counter() - t1)
             raise
         t2 = perf_counter()
         try:
@@ -104,7 +104,7 @@ class InstrumentedClient:
                      else len(self._occ.live(partition_id)))
                 self._occ.release(partition_id, sample_ids)
             # The guard has nothing to release: its digests live beside the rows, in the store.
-            self._done("clear", t2 - t1, n, t_end=t2)
+            self.record_op("clear", t2 - t1, n, t_end=t2)
         except Exception as exc:
             self._tel.internal_error("client", exc)
         return result
@@ -138,7 +138,7 @@ class InstrumentedClient:
                 mixed = True
                 result = fn(sample_ids, partition_id, select_fields, **kwargs)
         except BaseException as exc:
-            self._failed(op, exc, perf_counter() - t1)
+            self.record_failure(op, exc, perf_counter() - t1)
             raise
         t2 = perf_counter()
         ids = sample_ids
@@ -162,7 +162,7 @@ class InstrumentedClient:
         try:
             n = len(sample_ids)
             got = len(result) if result.batch_dims else n
-            self._done(op, t2 - t1, n, read=nbytes, missing=max(n - got, 0),
+            self.record_op(op, t2 - t1, n, read=nbytes, missing=max(n - got, 0),
                        overhead=t1 - t0 if guard is None else 0.0, t_end=t3)
         except Exception as exc:
             self._tel.internal_error("client", exc)
@@ -191,20 +191,22 @@ class InstrumentedClient:
         try:
             result = fn(*args, **kwargs)
         except BaseException as exc:
-            self._failed(op, exc, perf_counter() - t1)
+            self.record_failure(op, exc, perf_counter() - t1)
             raise
         t2 = perf_counter()
         read = (self._sized(0, payload_nbytes, result)
                 if read_result and hasattr(result, "items") else 0)
         try:
             keys = len(result) if isinstance(result, (list, tuple, set, dict)) else 0
-            self._done(op, t2 - t1, keys, read=read, t_end=t2)
+            self.record_op(op, t2 - t1, keys, read=read, t_end=t2)
         except Exception as exc:
             self._tel.internal_error("client", exc)
         return result
 
-    def _done(self, op, dt, keys, read=0, write=0, missing=0, occupy=None, overhead=0.0,
+    def record_op(self, op, dt, keys, read=0, write=0, missing=0, occupy=None, overhead=0.0,
               t_end=0.0):
+        """Count one call of `op` (the measurement every op path ends in; adapters that
+        measure calls outside the protocol use it too)."""
         self._record(dt, self._attrs.get(op) or {"op": op})
         st = self._stats
         with st.lock:
@@ -224,7 +226,26 @@ class InstrumentedClient:
             t = st.instr_seconds
             t["client"] = t.get("client", 0.0) + overhead + (perf_counter() - t_end)
 
-    def _failed(self, op, exc, dt):
+    def record_error(self, op: str, error_type: str) -> None:
+        """One more failed `op` whose call record_op already counted (a store that reports
+        failure by return code, not exception)."""
+        st = self._stats
+        with st.lock:
+            st.op(op).errors += 1
+            key = (op, error_type)
+            st.errors[key] = st.errors.get(key, 0) + 1
+
+    def release(self, partition_id: str, ids) -> None:
+        """Occupancy: `ids` of a partition (None: all of it) are no longer outstanding."""
+        with self._stats.lock:
+            self._occ.release(partition_id, ids)
+
+    def live_keys(self, partition_id: str) -> set:
+        """A copy of the keys this client holds outstanding in a partition."""
+        with self._stats.lock:
+            return set(self._occ.live(partition_id))
+
+    def record_failure(self, op, exc, dt):
         try:
             self._record(dt, self._attrs.get(op) or {"op": op})
             key = (op, type(exc).__name__)

@@ -33,7 +33,7 @@ import msgpack
 import torch
 from tensordict import TensorDict
 
-from ..stores.memory import _assemble, _check_ids, _selected_keys, _split_columns
+from ..stores.rows import assemble, check_ids, check_put, selected_keys, split_columns
 from .mooncake_index import PartitionIndex
 from .mooncake_leases import DeferredRemovals
 from .mooncake_store import (HAS_LEASE, NOT_FOUND, InstrumentedMooncakeStore, MooncakeError,
@@ -131,13 +131,8 @@ class MooncakeDataPlane:
         self._index.register(_esc(partition_id))
 
     def put_samples(self, sample_ids, partition_id, fields=None, tags=None) -> None:
-        ids = _check_ids(sample_ids)
-        if fields is not None and fields.batch_size[:1] != torch.Size([len(ids)]):
-            raise ValueError(f"fields has batch size {tuple(fields.batch_size)}, "
-                             f"expected ({len(ids)},) for {len(ids)} sample ids")
-        if tags is not None and len(tags) != len(ids):
-            raise ValueError(f"{len(tags)} tags for {len(ids)} sample ids")
-        columns = _split_columns(fields) if fields is not None else {}
+        ids = check_put(sample_ids, fields, tags)
+        columns = split_columns(fields) if fields is not None else {}
         found, old_tags = self._manifests(partition_id, ids)
         rows = [r or {} for r in found]
         tensor_keys, tensors, object_keys, objects, manifests = [], [], [], [], []
@@ -165,7 +160,7 @@ class MooncakeDataPlane:
                                              for sid, row in zip(ids, rows)})
 
     def get_samples(self, sample_ids, partition_id, select_fields=None) -> TensorDict:
-        ids = _check_ids(sample_ids)
+        ids = check_ids(sample_ids)
         rows = self._manifests(partition_id, ids)[0]
         absent = [i for i, row in enumerate(rows) if row is None]
         if absent:  # a key being upserted reads as absent for a moment: look once more
@@ -176,7 +171,7 @@ class MooncakeDataPlane:
         for sid, row in zip(ids, rows):
             if row is None:
                 raise KeyError(f"sample id {sid!r} not in partition {partition_id!r}")
-        keys = _selected_keys(rows, select_fields)
+        keys = selected_keys(rows, select_fields)
         plan = []  # (field, kind per row, store keys)
         for key in keys:
             kinds = []
@@ -198,13 +193,13 @@ class MooncakeDataPlane:
                     raise KeyError(f"{skey!r} vanished during the read "
                                    f"(partition {partition_id!r})")
                 column.append(_decode(kind, stored))
-            out.set(key if len(key) > 1 else key[0], _assemble(column))
+            out.set(key if len(key) > 1 else key[0], assemble(column))
         return out
 
     get_data = get_samples  # TransferQueue-style name for the same read
 
     def clear_samples(self, sample_ids, partition_id) -> None:
-        ids = None if sample_ids is None else _check_ids(sample_ids)
+        ids = None if sample_ids is None else check_ids(sample_ids)
         removed = self._index.drop(_esc(partition_id), ids)
         row_keys = [self._row_key(partition_id, sid) for sid in removed]
         keys = list(row_keys)

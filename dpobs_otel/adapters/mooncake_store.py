@@ -2,7 +2,7 @@
 put / get / clear, for code that calls Mooncake directly (`instrument_store`).
 
 The accounting is the core's: an InstrumentedClient over the store, used only for its
-`_done` / `_failed` bookkeeping (duration histogram, calls, keys, bytes, missing rows,
+`record_op` / `record_failure` bookkeeping (duration histogram, calls, keys, bytes, missing rows,
 occupancy, dpobs's own time), so Mooncake ops land in exactly the series the protocol's ops
 do. Its protocol methods are never called: the guard needs TensorDict rows and has nowhere to
 keep digests beside a raw key, so raw keys are measured, not guarded.
@@ -254,14 +254,14 @@ class InstrumentedMooncakeStore:
         try:
             result = fn(*args, **kwargs)
         except BaseException as exc:
-            acct._failed(op, exc, perf_counter() - t1)
+            acct.record_failure(op, exc, perf_counter() - t1)
             raise
         t2 = perf_counter()
         try:
             keys, read, write, missing, ok, code = reader(args, result)
             occupy = ((RAW_PARTITION, ok, {RAW_FIELD: write})
                       if op == "put" and ok else None)
-            acct._done(op, t2 - t1, keys, read=read, write=write, missing=missing,
+            acct.record_op(op, t2 - t1, keys, read=read, write=write, missing=missing,
                        occupy=occupy, t_end=t2)
             if op == "clear":
                 self._release(name, args, ok, result)
@@ -274,26 +274,21 @@ class InstrumentedMooncakeStore:
     def _release(self, name, args, gone, result) -> None:
         """Occupancy: removed keys (and keys already absent) are no longer outstanding."""
         acct = self._acct
-        with acct._stats.lock:
-            if name == "remove_all":
-                if result >= 0:
-                    acct._occ.release(RAW_PARTITION, None)
-                return
-            if gone is None:  # remove_by_regex: the keys we know that match, if all went
-                pattern = re.compile(args[0])
-                matched = [k for k in acct._occ.live(RAW_PARTITION) if pattern.search(k)]
-                gone = matched if result >= len(matched) else []
-            if gone:
-                acct._occ.release(RAW_PARTITION, gone)
+        if name == "remove_all":
+            if result >= 0:
+                acct.release(RAW_PARTITION, None)
+            return
+        if gone is None:  # remove_by_regex: the keys we know that match, if all went
+            pattern = re.compile(args[0])
+            matched = [k for k in acct.live_keys(RAW_PARTITION) if pattern.search(k)]
+            gone = matched if result >= len(matched) else []
+        if gone:
+            acct.release(RAW_PARTITION, gone)
 
     def _error(self, op, code) -> None:
-        # One failed operation, its call already counted by _done (a batch may have partly
-        # succeeded, so its bytes and keys were counted too).
-        st = self._acct._stats
-        key = (op, error_type(code))
-        with st.lock:
-            st.op(op).errors += 1
-            st.errors[key] = st.errors.get(key, 0) + 1
+        # One failed operation, its call already counted by record_op (a batch may have
+        # partly succeeded, so its bytes and keys were counted too).
+        self._acct.record_error(op, error_type(code))
 
 
 def instrument_store(tel, store) -> InstrumentedMooncakeStore:

@@ -9,10 +9,9 @@ from collections import OrderedDict
 from multiprocessing.managers import BaseManager
 from typing import Any
 
-import torch
-from tensordict import NonTensorData, NonTensorStack, TensorDict, TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 
-Key = tuple[str, ...]  # a field name, nested keys flattened to a path
+from .rows import Key, assemble, check_ids, check_put, selected_keys, split_columns
 
 
 class InMemoryDataPlane:
@@ -38,13 +37,8 @@ class InMemoryDataPlane:
     def put_samples(self, sample_ids: list[str], partition_id: str,
                     fields: TensorDictBase | None = None, tags: list[dict] | None = None) -> None:
         self._wait()
-        ids = _check_ids(sample_ids)
-        if fields is not None and fields.batch_size[:1] != torch.Size([len(ids)]):
-            raise ValueError(f"fields has batch size {tuple(fields.batch_size)}, "
-                             f"expected ({len(ids)},) for {len(ids)} sample ids")
-        if tags is not None and len(tags) != len(ids):
-            raise ValueError(f"{len(tags)} tags for {len(ids)} sample ids")
-        columns = _split_columns(fields) if fields is not None else {}
+        ids = check_put(sample_ids, fields, tags)
+        columns = split_columns(fields) if fields is not None else {}
         with self._lock:
             part = self._rows.setdefault(partition_id, OrderedDict())
             part_tags = self._tags.setdefault(partition_id, {})
@@ -58,7 +52,7 @@ class InMemoryDataPlane:
     def get_samples(self, sample_ids: list[str], partition_id: str,
                     select_fields: list | None = None) -> TensorDict:
         self._wait()
-        ids = _check_ids(sample_ids)
+        ids = check_ids(sample_ids)
         with self._lock:
             part = self._partition(partition_id)
             rows = []
@@ -67,7 +61,7 @@ class InMemoryDataPlane:
                 if row is None:
                     raise KeyError(f"sample id {sid!r} not in partition {partition_id!r}")
                 rows.append(row)
-            keys = _selected_keys(rows, select_fields)
+            keys = selected_keys(rows, select_fields)
             columns = {}
             for key in keys:
                 try:
@@ -78,7 +72,7 @@ class InMemoryDataPlane:
                                    f"{missing!r} in partition {partition_id!r}") from None
         out = TensorDict({}, batch_size=[len(ids)])
         for key, values in columns.items():
-            out.set(key if len(key) > 1 else key[0], _assemble(values))
+            out.set(key if len(key) > 1 else key[0], assemble(values))
         return out
 
     get_data = get_samples  # TransferQueue-style name for the same read
@@ -92,7 +86,7 @@ class InMemoryDataPlane:
                 part.clear()
                 tags.clear()
             else:
-                for sid in _check_ids(sample_ids):
+                for sid in check_ids(sample_ids):
                     if part.pop(sid, None) is None:
                         raise KeyError(f"sample id {sid!r} not in partition {partition_id!r}")
                     tags.pop(sid, None)
@@ -130,59 +124,6 @@ class InMemoryDataPlane:
     def _wait(self) -> None:
         if self.latency_s > 0:
             time.sleep(self.latency_s)
-
-
-def _check_ids(sample_ids) -> list[str]:
-    if isinstance(sample_ids, (str, bytes)) or not hasattr(sample_ids, "__iter__"):
-        raise TypeError(f"sample_ids must be a list of str, got {type(sample_ids).__name__}")
-    ids = list(sample_ids)
-    if len(set(ids)) != len(ids):
-        raise ValueError("sample_ids contains duplicates")
-    return ids
-
-
-def _split_columns(td: TensorDictBase, prefix: Key = ()) -> dict[Key, list]:
-    """Field -> one stored value per row. Rows are views of a private copy (so the caller
-    may reuse its buffers), made with one copy per field rather than one per row."""
-    n = td.batch_size[0]
-    out: dict[Key, list] = {}
-    for name, v in td.items():
-        key = prefix + (name,)
-        if isinstance(v, (NonTensorData, NonTensorStack)):
-            values = v.tolist()
-            out[key] = values if isinstance(values, list) and len(values) == n else [values] * n
-        elif isinstance(v, TensorDictBase):
-            out.update(_split_columns(v, key))
-        elif v.is_nested:
-            if v._lengths is not None:  # a narrowed view: gather each row's own span
-                out[key] = [r.clone() for r in v.unbind()]
-            else:
-                off = v.offsets()
-                values = v.values()[int(off[0]):int(off[-1])].clone()
-                out[key] = list(torch.split(values, off.diff().tolist()))
-        else:
-            out[key] = list(v.detach().clone().unbind(0))
-    return out
-
-
-def _selected_keys(rows: list[dict], select_fields) -> list[Key]:
-    if select_fields is not None:
-        return [f if isinstance(f, tuple) else (f,) for f in select_fields]
-    if not rows:
-        return []
-    common = set(rows[0])
-    for row in rows[1:]:
-        common &= row.keys()
-    return [k for k in rows[0] if k in common]  # first row's order, fields every row has
-
-
-def _assemble(values: list):
-    first = values[0] if values else None
-    if not isinstance(first, torch.Tensor):
-        return NonTensorStack.from_list(values)
-    if all(v.shape == first.shape for v in values):
-        return torch.stack(values)
-    return torch.nested.as_nested_tensor(values, layout=torch.jagged)
 
 
 # -- sharing one store between processes ---------------------------------------------

@@ -1,0 +1,73 @@
+"""Rows of a TensorDict as a key-value store keeps them, shared by every store that splits a
+batch into per-row values (stores.memory, adapters.mooncake): the put's checks, the split
+into per-row columns, which fields a read returns, and a column put back together."""
+from __future__ import annotations
+
+import torch
+from tensordict import NonTensorData, NonTensorStack, TensorDictBase
+
+Key = tuple[str, ...]  # a field name, nested keys flattened to a path
+
+
+def check_put(sample_ids, fields, tags) -> list[str]:
+    """The put's arguments, checked before anything is stored; returns the ids as a list."""
+    ids = check_ids(sample_ids)
+    if fields is not None and fields.batch_size[:1] != torch.Size([len(ids)]):
+        raise ValueError(f"fields has batch size {tuple(fields.batch_size)}, "
+                         f"expected ({len(ids)},) for {len(ids)} sample ids")
+    if tags is not None and len(tags) != len(ids):
+        raise ValueError(f"{len(tags)} tags for {len(ids)} sample ids")
+    return ids
+
+
+def check_ids(sample_ids) -> list[str]:
+    if isinstance(sample_ids, (str, bytes)) or not hasattr(sample_ids, "__iter__"):
+        raise TypeError(f"sample_ids must be a list of str, got {type(sample_ids).__name__}")
+    ids = list(sample_ids)
+    if len(set(ids)) != len(ids):
+        raise ValueError("sample_ids contains duplicates")
+    return ids
+
+
+def split_columns(td: TensorDictBase, prefix: Key = ()) -> dict[Key, list]:
+    """Field -> one stored value per row. Rows are views of a private copy (so the caller
+    may reuse its buffers), made with one copy per field rather than one per row."""
+    n = td.batch_size[0]
+    out: dict[Key, list] = {}
+    for name, v in td.items():
+        key = prefix + (name,)
+        if isinstance(v, (NonTensorData, NonTensorStack)):
+            values = v.tolist()
+            out[key] = values if isinstance(values, list) and len(values) == n else [values] * n
+        elif isinstance(v, TensorDictBase):
+            out.update(split_columns(v, key))
+        elif v.is_nested:
+            if v._lengths is not None:  # a narrowed view: gather each row's own span
+                out[key] = [r.clone() for r in v.unbind()]
+            else:
+                off = v.offsets()
+                values = v.values()[int(off[0]):int(off[-1])].clone()
+                out[key] = list(torch.split(values, off.diff().tolist()))
+        else:
+            out[key] = list(v.detach().clone().unbind(0))
+    return out
+
+
+def selected_keys(rows: list[dict], select_fields) -> list[Key]:
+    if select_fields is not None:
+        return [f if isinstance(f, tuple) else (f,) for f in select_fields]
+    if not rows:
+        return []
+    common = set(rows[0])
+    for row in rows[1:]:
+        common &= row.keys()
+    return [k for k in rows[0] if k in common]  # first row's order, fields every row has
+
+
+def assemble(values: list):
+    first = values[0] if values else None
+    if not isinstance(first, torch.Tensor):
+        return NonTensorStack.from_list(values)
+    if all(v.shape == first.shape for v in values):
+        return torch.stack(values)
+    return torch.nested.as_nested_tensor(values, layout=torch.jagged)
