@@ -17,6 +17,8 @@ $(STAMP): pyproject.toml
 	# torch first and pinned: an unpinned resolve pulls a multi-GB CUDA build.
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e '.[test,dashboards,transferqueue,mooncake,instrument,top]'
+	# An editable install leaves out the DPOBS_AUTO start-up hook a wheel installs (setup.py).
+	cp dpobs_otel/dpobs-otel-auto.pth "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/"
 	touch $(STAMP)
 
 $(WHEEL_STAMP): pyproject.toml $(STAMP)

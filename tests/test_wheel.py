@@ -90,3 +90,13 @@ def test_demo_runs_from_the_wheel_outside_the_checkout(installed):
     env = {k: v for k, v in os.environ.items() if not k.startswith("DPOBS_")}
     out = _run([str(venv / "bin" / "dpobs"), "demo", "--steps", "10"], cwd=work, env=env)
     assert "frac_of_step" in out
+
+
+def test_the_auto_switch_ships_in_the_wheel(installed):
+    venv, work = installed
+    probe = ("import sys; print(any(type(f).__module__ == 'dpobs_otel.auto' "
+             "for f in sys.meta_path))")
+    py = str(venv / "bin" / "python")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DPOBS_")}
+    assert _run([py, "-c", probe], cwd=work, env={**env, "DPOBS_AUTO": "1"}).strip() == "True"
+    assert _run([py, "-c", probe], cwd=work, env=env).strip() == "False"

@@ -168,14 +168,19 @@ def test_unmodified_script_under_opentelemetry_instrument(cluster, tmp_path):
     assert value(s, "dpobs_guard_rows_checked_total", field="x") == 4
 
 
-def test_ray_actor_measured_with_environment_variables_only(cluster, tmp_path):
+@pytest.mark.parametrize("switch", ["opentelemetry", "DPOBS_AUTO"])
+def test_ray_actor_measured_with_environment_variables_only(cluster, tmp_path, switch):
     assert "dpobs" not in inspect.getsource(tq_rollout_actor)
     sd_dir = tmp_path / "sd"
     sd_dir.mkdir()
-    # The whole switch: OpenTelemetry's auto-instrumentation directory on PYTHONPATH (what
-    # opentelemetry-instrument sets), and dpobs's usual settings.
-    env_vars = {**_zero_code_env(sd_dir, "rollout"),
-                "PYTHONPATH": os.pathsep.join([os.path.dirname(otel_auto.__file__), HERE])}
+    # The whole switch, and dpobs's usual settings: either OpenTelemetry's
+    # auto-instrumentation directory on PYTHONPATH (what opentelemetry-instrument sets), or
+    # DPOBS_AUTO=1 (the dpobs-otel-auto.pth start-up hook the package installs).
+    env_vars = {**_zero_code_env(sd_dir, "rollout"), "PYTHONPATH": HERE}
+    if switch == "opentelemetry":
+        env_vars["PYTHONPATH"] = os.pathsep.join([os.path.dirname(otel_auto.__file__), HERE])
+    else:
+        env_vars["DPOBS_AUTO"] = "1"
     actor = ray.remote(num_cpus=0)(tq_rollout_actor.RolloutWorker).options(
         runtime_env={"env_vars": env_vars}).remote()
     try:
