@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from ..guard import UNRECORDED_SENTINEL, digest_name, is_digest_field
+from ..guard import NONTENSOR_SENTINEL, UNRECORDED_SENTINEL, digest_name, is_digest_field
 
 _ABSENT = object()
 
@@ -39,6 +39,12 @@ def digests_to_tags(fields, tags, n: int, unrecorded: bool = False):
     bare = fields.exclude(*names)
     if tags is not None and len(tags) != n:
         return bare, tags  # TransferQueue refuses the lengths itself, in its own words
+    # A non-tensor field's column holds only its sentinel, and readers never check such a
+    # field: its tag would cost every row an entry (TransferQueue deep-copies each row's
+    # tags several times per call) and tell nothing.
+    names = [k for k in names if not bool((fields.get(k) == NONTENSOR_SENTINEL).all())]
+    if not names:
+        return bare, tags
     if unrecorded:
         rows = [dict.fromkeys(names, UNRECORDED_SENTINEL) for _ in range(n)]
     else:

@@ -265,4 +265,11 @@ def test_digests_travel_in_tags_through_delta_writes_subsets_and_rewrites(cluste
     got = call(q.kv_batch_get, ["p0", "p1"], pid, ["mask"], timeout_s=T)
     assert rows_of(got["mask"]) == (~parsed["mask"]).tolist()  # the parser did rewrite them
     assert counts("mask") == (3, 0, 2)
-    call(q.kv_clear, ids + ["p0", "p1"], pid, timeout_s=T)
+    # A non-tensor field gets no digest tag (its reader never checks it), only a skip.
+    call(q.kv_batch_put, ["n0", "n1"], pid, batch(2, 10), timeout_s=T)
+    assert "text" in call(q.kv_batch_get, ["n0", "n1"], pid, timeout_s=T).keys()
+    listed = call(tq.kv_list, pid, timeout_s=T)[pid]
+    assert {k for key in ("n0", "n1") for k in listed[key]} == \
+        {digest_name(f) for f in ("tok", "adv", "mask", "score")}
+    assert value(scrape(tel), "dpobs_guard_fields_skipped_total", reason="non_tensor") == 2
+    call(q.kv_clear, ids + ["p0", "p1", "n0", "n1"], pid, timeout_s=T)
