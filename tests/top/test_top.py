@@ -204,6 +204,24 @@ def test_a_window_counts_only_what_happened_inside_it(cluster):
     assert ops["put"].ops_per_s * (h[-1].timestamp - h[0].timestamp) == pytest.approx(3)
 
 
+def test_a_process_that_appears_after_top_started_counts_its_guard_rows_whole(cluster):
+    """Like the rules' born-in-the-window series: its rows checked before top's first look
+    at it count (else one corrupted row read by a short-lived process would never show)."""
+    src = DirectSource(str(cluster["sd"]), window_s=600, timeout=1.0)
+    src.answers()
+    late = dpobs.start(role="late", rank=0, job=JOB, sd_dir=str(cluster["sd"]), port=0,
+                       verify_tensor_hash=True)
+    try:
+        client = late.instrument(cluster["store"])
+        for i in range(3):  # the warm-up step's rows, read by a newcomer
+            client.get_samples(ids("w0"), PART)
+        src.answers()  # its first snapshot: no rate yet
+        (job,) = src.answers().jobs
+    finally:
+        late.shutdown()
+    assert (job.guard_checked, job.guard_mismatched) == (3 * ROWS, 0)
+
+
 def test_an_endpoint_that_never_answers_is_down_and_does_not_hold_up_the_view(cluster):
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))
