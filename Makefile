@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # here, with the network, since the suite runs without one.
 WHEELS := .wheels
 WHEEL_STAMP := $(WHEELS)/.downloaded
-WHEEL_EXTRAS := dashboards,instrument
+WHEEL_EXTRAS := dashboards,instrument,top
 
 .PHONY: demo test install dashboards kubernetes bench clean
 

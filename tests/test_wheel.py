@@ -15,7 +15,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 WHEELS = REPO / ".wheels"
 DESIGN = REPO.parent / "shared" / "DESIGN.md"
-EXTRAS = "dashboards,instrument"
+EXTRAS = "dashboards,instrument,top"
 
 pytestmark = pytest.mark.slow
 
