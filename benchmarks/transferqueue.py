@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/transferqueue.py [--rows 256] [--iters 30] [--runs 5]
                                                  [--alternatives]
 
-Starts a private local Ray + TransferQueue (one storage unit, num_cpus=2; tests/adapters/tq_harness.py)
+Starts a private local Ray + TransferQueue (one storage unit, num_cpus=2; dpobs_otel/adapters/tq_local.py)
 and stops it at the end. A 256-row batch shaped like a GRPO rollout (jagged int64 tokens of
 200-311, a bf16 (N, 3), a bool (N, 64) mask, a float32 (N,) score) is put and read back
 (select_fields = the tensor fields) by three clients, interleaved call by call so drift on a
@@ -21,17 +21,14 @@ each get ("tags+kv_list"). dpobs+guard carries them in tags read with the rows' 
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import statistics
-import sys
 import time
 
 import torch
 from tensordict import TensorDict
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "adapters"))
-from tq_harness import start, stop  # noqa: E402
+from dpobs_otel.adapters.tq_local import start, stop  # noqa: E402
 
 import dpobs_otel as dpobs  # noqa: E402
 from progress import Progress  # noqa: E402  benchmarks/progress.py

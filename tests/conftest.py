@@ -14,7 +14,7 @@ import dpobs_otel as dpobs
 IN_CI = os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
 
 # Ray, in any test that starts or joins it, stays on loopback with no usage stats (see
-# tests/adapters/tq_harness.py); set here because test modules import ray before the harness.
+# dpobs_otel/adapters/tq_local.py); set here because test modules import ray before the harness.
 os.environ.update({"RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"})
 
 

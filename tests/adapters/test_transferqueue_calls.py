@@ -13,7 +13,7 @@ import transfer_queue as tq
 from conftest import scrape, value
 from tensordict import TensorDict
 from tq_fixtures import MISSING, OPS, T, cluster, make_tel  # noqa: F401
-from tq_harness import call
+from dpobs_otel.adapters.tq_local import call
 
 import dpobs_otel.adapters.transferqueue as dtq
 

@@ -23,7 +23,7 @@ import transfer_queue as tq
 from conftest import scrape, value
 from tensordict import TensorDict
 from tq_fixtures import BYTES, KEYS, OPS, T, cluster  # noqa: F401
-from tq_harness import LOOPBACK_ENV, call
+from dpobs_otel.adapters.tq_local import LOOPBACK_ENV, call
 
 import tq_rollout_actor
 
@@ -122,7 +122,7 @@ import transfer_queue as tq
 from tensordict import TensorDict
 
 sys.path.insert(0, {here!r})
-from tq_harness import attach, detach
+from dpobs_otel.adapters.tq_local import attach, detach
 
 attach({address!r})
 try:
@@ -327,3 +327,26 @@ def test_explicit_adapter_under_the_instrumentor_counts_each_call_once(cluster, 
     assert value(s_inner, OPS, op="put") == 1 and value(s_inner, OPS, op="get") == 1
     assert value(s_outer, OPS, op="put") is None and value(s_outer, OPS, op="get") is None
     assert value(s_outer, OPS, op="clear") == 1  # the plain call is the instrumentor's
+
+
+def test_instrumentor_works_without_opentelemetry_instrumentation():
+    # DPOBS_AUTO=1 users may install dpobs-otel[transferqueue] alone: no launcher package.
+    code = """
+import sys
+sys.modules["opentelemetry.instrumentation"] = None  # as if not installed
+import transfer_queue
+from dpobs_otel.adapters.transferqueue_instrumentor import KV_FUNCTIONS, TransferQueueInstrumentor
+own = {n: getattr(transfer_queue, n) for n in KV_FUNCTIONS}
+base = TransferQueueInstrumentor.__mro__[1]
+assert base.__module__ == "dpobs_otel.adapters.transferqueue_instrumentor", base  # the fallback
+inst = TransferQueueInstrumentor()
+assert TransferQueueInstrumentor() is inst
+inst.instrument(); inst.instrument()
+assert all(getattr(transfer_queue, n).__wrapped__ is f for n, f in own.items())
+inst.uninstrument()
+assert {n: getattr(transfer_queue, n) for n in KV_FUNCTIONS} == own
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]

@@ -14,7 +14,7 @@ import transfer_queue as tq
 from conftest import scrape, value
 from tensordict import TensorDict
 from tq_fixtures import T, cluster  # noqa: F401
-from tq_harness import call
+from dpobs_otel.adapters.tq_local import call
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -26,7 +26,7 @@ PID_WIRE = "wire"
 _WRITER = """
 import json, sys, torch
 sys.path.insert(0, {here!r})
-from tq_harness import attach, detach, call
+from dpobs_otel.adapters.tq_local import attach, detach, call
 import dpobs_otel as dpobs, dpobs_otel.adapters.transferqueue as dtq
 from tensordict import TensorDict
 attach({address!r})
@@ -55,7 +55,7 @@ print("written", flush=True)
 _READER = """
 import json, sys
 sys.path.insert(0, {here!r})
-from tq_harness import attach, detach, call
+from dpobs_otel.adapters.tq_local import attach, detach, call
 import dpobs_otel as dpobs, dpobs_otel.adapters.transferqueue as dtq
 attach({address!r})
 tel = dpobs.start(role="reader", rank=0, port=0, verify_tensor_hash=True)

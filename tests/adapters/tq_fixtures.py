@@ -3,7 +3,7 @@ fixtures by name into a module: `from tq_fixtures import cluster, make_tel`)."""
 from __future__ import annotations
 
 import pytest
-from tq_harness import start, stop
+from dpobs_otel.adapters.tq_local import start, stop
 
 import dpobs_otel as dpobs
 

@@ -1,8 +1,9 @@
-"""Local Ray + TransferQueue 0.1.11 for tests (no pytest needed).
+"""A local Ray + TransferQueue 0.1.11 on loopback, for the demo's transferqueue backend,
+`dpobs compare`, the benchmarks and the tests.
 
 Starter process::
 
-    from tq_harness import start, stop, call
+    from dpobs_otel.adapters.tq_local import start, stop, call
     handle = start()                    # ray (2 logical CPUs) + tq with ONE storage unit
     try:
         call(tq.kv_batch_put, keys=[...], partition_id="p", fields=td)
@@ -12,7 +13,7 @@ Starter process::
 
 Child process (same machine, same user: Ray's auth token lives in ~/.ray)::
 
-    from tq_harness import attach, detach
+    from dpobs_otel.adapters.tq_local import attach, detach
     attach(address)                     # ray.init(address=...) + tq.init() -> client only
     try:
         ...                             # kv_* calls work as in the starter
@@ -31,7 +32,7 @@ loopback address into the machine's reachable one unless it runs in its local-on
 (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, read when ray is imported). `LOOPBACK_ENV` holds these
 switches; importing this module sets them, and children inherit them.
 
-Run ``python tests/adapters/tq_harness.py`` for a self-check (starter + child process).
+Run ``python -m dpobs_otel.adapters.tq_local`` for a self-check (starter + child process).
 """
 
 from __future__ import annotations
@@ -194,8 +195,7 @@ def stop() -> None:
 _CHILD = """
 import sys, torch, transfer_queue as tq
 from tensordict import TensorDict
-sys.path.insert(0, {here!r})
-from tq_harness import attach, detach, call
+from dpobs_otel.adapters.tq_local import attach, detach, call
 attach({address!r})
 try:
     print("child sees", sorted(call(tq.kv_list, "p")["p"]))
@@ -217,8 +217,7 @@ def _self_check() -> None:
         print(f"started at {handle.ray_address}: {handle.timings}")
         fields = TensorDict({"x": torch.tensor([[1, 1], [2, 2]])}, batch_size=2)
         call(tq.kv_batch_put, keys=["a", "b"], partition_id="p", fields=fields, tags=[{"i": 0}, {"i": 1}])
-        here = os.path.dirname(os.path.abspath(__file__))
-        code = _CHILD.format(here=here, address=handle.ray_address)
+        code = _CHILD.format(address=handle.ray_address)
         t1 = time.perf_counter()
         child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
         print(f"child rc={child.returncode} in {time.perf_counter() - t1:.1f}s: {child.stdout.strip()}")
