@@ -31,7 +31,36 @@ import os
 import threading
 from typing import Collection
 
-from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
+try:
+    from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
+except ImportError:  # DPOBS_AUTO=1 needs no OpenTelemetry launcher, hence not its package
+    class BaseInstrumentor:
+        """The part of opentelemetry-instrumentation's BaseInstrumentor used here: one
+        instance per class, instrument() and uninstrument() each at most once in a row."""
+
+        _instance = None
+        _is_instrumented_by_opentelemetry = False
+
+        def __new__(cls, *args, **kwargs):
+            if cls._instance is None:
+                cls._instance = object.__new__(cls)
+            return cls._instance
+
+        def instrument(self, **kwargs):
+            if self._is_instrumented_by_opentelemetry:
+                return None
+            for flag in ("skip_dep_check", "raise_exception_on_conflict"):
+                kwargs.pop(flag, None)
+            result = self._instrument(**kwargs)
+            self._is_instrumented_by_opentelemetry = True
+            return result
+
+        def uninstrument(self, **kwargs):
+            if not self._is_instrumented_by_opentelemetry:
+                return None
+            result = self._uninstrument(**kwargs)
+            self._is_instrumented_by_opentelemetry = False
+            return result
 
 from .transferqueue import MEASURED
 
