@@ -153,6 +153,10 @@ class TransferQueueDataPlane:
             raise ValueError("Some fields are not ready in all the requested keys!")
         return digest_columns(client.get_data(meta), meta.custom_meta)
 
+    def register_partition(self, partition_id, **_meta) -> None:
+        """The protocol's register: TransferQueue makes a partition on its first put, so
+        there is nothing to do (the op is still measured, as a call that did nothing)."""
+
     def clear_samples(self, sample_ids, partition_id, as_given=False):
         """as_given (kv_clear): keys go to TransferQueue unchanged, so keys=None is refused
         there (TypeError) as on the bare module, never read as "the whole partition"."""

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def results():
-    names = ["memory"] + (["mooncake"] if available("mooncake") is None else [])
+    names = ["memory"] + [b for b in ("mooncake", "transferqueue") if available(b) is None]
     out = {}
     with Stack() as stack:
         for name in names:
@@ -28,7 +28,7 @@ def results():
 def test_every_backend_this_machine_has_is_compared(results):
     import os
     if os.environ.get("CI"):
-        assert "mooncake" in results, "under CI the mooncake extra is installed"
+        assert {"mooncake", "transferqueue"} <= set(results), "under CI every extra is installed"
     assert "memory" in results
 
 
