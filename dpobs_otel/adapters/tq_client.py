@@ -15,7 +15,8 @@ get_meta hands back with the rows, so a claimed BatchMeta carries them to get_da
 
 Calls TransferQueue makes to these methods itself (its kv_* functions, its sync wrappers over
 the async methods), and the kv_* adapter's own calls, are not measured again: a call whose
-caller is a module of the transfer_queue package or of dpobs_otel.adapters passes through.
+caller is a module of the transfer_queue package, or dpobs_otel/adapters/transferqueue.py,
+passes through.
 
 A put without metadata: TransferQueue's put first asks the controller for insert metadata;
 here that lookup runs before the measured put (the rows' ids are needed up front), so the
@@ -136,10 +137,12 @@ class ClientPatches:
 
         self._classes = (TransferQueueClient, AsyncTransferQueueClient)
         self._telemetry_of = telemetry_of  # () -> this process's Telemetry, or None
-        # Callers whose calls are already measured or are TransferQueue's own plumbing:
-        # transfer_queue's modules, and dpobs's adapter (its guarded reads call get_data).
-        self._internal_dirs = (os.path.dirname(os.path.abspath(module.__file__)) + os.sep,
-                               os.path.dirname(os.path.abspath(__file__)) + os.sep)
+        # Callers whose calls are TransferQueue's own plumbing (any transfer_queue module) or
+        # already measured (the kv_* adapter's guarded reads call get_data). Not the rest of
+        # dpobs_otel.adapters: tq_local.call, for one, forwards a user's call.
+        self._internal_dir = os.path.dirname(os.path.abspath(module.__file__)) + os.sep
+        self._adapter_file = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                          "transferqueue.py")
         self._sync = {m: getattr(TransferQueueClient, m) for m in SYNC_METHODS}
         self._async = {m: getattr(AsyncTransferQueueClient, m) for m in ASYNC_METHODS}
         self._extra = {m: getattr(TransferQueueClient, m)
@@ -161,8 +164,9 @@ class ClientPatches:
             setattr(self._classes[1], m, fn)
 
     def _internal(self) -> bool:
-        """Is the caller of the patched method transfer_queue's or dpobs's adapter code?"""
-        return sys._getframe(2).f_code.co_filename.startswith(self._internal_dirs)
+        """Is the caller of the patched method transfer_queue's code or the kv_* adapter?"""
+        caller = sys._getframe(2).f_code.co_filename
+        return caller.startswith(self._internal_dir) or caller == self._adapter_file
 
     def _core(self, client):
         pid = os.getpid()

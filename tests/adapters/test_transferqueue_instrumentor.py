@@ -117,14 +117,15 @@ def _zero_code_env(tmp_path, role: str) -> dict:
 
 _SCRIPT = """
 import sys
+import ray
 import torch
 import transfer_queue as tq
+import transfer_queue.interface as tqi
 from tensordict import TensorDict
 
-sys.path.insert(0, {here!r})
-from dpobs_otel.adapters.tq_local import attach, detach
-
-attach({address!r})
+# Join the test's Ray cluster; tq.init() finds its controller and builds a client only.
+ray.init(address={address!r}, _node_ip_address="127.0.0.1", log_to_driver=False)
+tq.init()
 try:
     keys = ["s0", "s1", "s2", "s3"]
     tq.kv_batch_put(keys=keys, partition_id="launcher",
@@ -134,13 +135,16 @@ try:
     sys.stdin.readline()
     tq.kv_clear(keys=keys, partition_id="launcher")
 finally:
-    detach()
+    # Close this client only: tq.close() would kill the controller the test owns.
+    client, tqi._TQ_CLIENT, tqi._TQ_CONTROLLER = tqi._TQ_CLIENT, None, None
+    client.close()
+    ray.shutdown()
 """
 
 
 def test_unmodified_script_under_opentelemetry_instrument(cluster, tmp_path):
     script = tmp_path / "train.py"
-    script.write_text(_SCRIPT.format(here=HERE, address=cluster.ray_address))
+    script.write_text(_SCRIPT.format(address=cluster.ray_address))
     assert "dpobs" not in script.read_text()
     sd_dir = tmp_path / "sd"
     sd_dir.mkdir()
