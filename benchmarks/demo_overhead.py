@@ -16,6 +16,7 @@ import statistics
 import sys
 
 from dpobs_otel.demo import report as demo
+from dpobs_otel.demo.progress import Progress
 from dpobs_otel.demo.workload import Workload
 
 
@@ -27,7 +28,7 @@ def main(argv=None) -> int:
     cfg = demo.config(args)
     cfg.alternate, cfg.duration, cfg.sd_dir, cfg.corrupt_at = True, None, None, None
     cycles: dict[int, tuple[float, bool]] = {}
-    progress = demo.Progress(cfg)  # the parent's line on stderr; the steps run elsewhere
+    progress = Progress(cfg)  # the parent's line on stderr; the steps run elsewhere
 
     def on_step(step, dt, elapsed, on):
         cycles[step] = (dt, on)

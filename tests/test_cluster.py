@@ -319,3 +319,24 @@ def test_demo_reports_the_cluster_view_of_its_measured_steps(sd):
                      if n == "dpobs_guard_rows_mismatched_total")
     assert got[P + "guard/rows_mismatched"] == mismatched >= 1
     assert "Cluster view" in text and all(f"  {r[0]:>10}" in text for r in rows)
+
+
+def test_demo_logs_a_cluster_dict_every_step(sd):
+    import io
+    import json
+
+    from dpobs_otel.demo.batches import Config
+    from dpobs_otel.demo.report import merge, session
+
+    cfg = Config(steps=5, trainers=2, batch_size=8, min_len=8, max_len=32, latency_s=0.001,
+                 sd_dir=str(sd))
+    log = io.StringIO()
+    with session(cfg, cluster_log=log) as res:
+        pass
+    lines = [json.loads(line) for line in log.getvalue().splitlines()]
+    assert [d["step"] for d in lines] == list(range(1, cfg.steps + 1))
+    # Each line is one step's window; together they are the measured steps, exactly.
+    measured = merge(res.truth.values())
+    for op, d in measured["ops"].items():
+        assert sum(x.get(f"{P}op/{op}/calls", 0) for x in lines) == len(d), op
+    assert all(x[P + "processes"] == 4 for x in lines)

@@ -15,7 +15,8 @@ import sys
 
 from .backends import BACKENDS, available
 from .batches import Config
-from .report import Progress, frac_of_step, merge, op_shares, quantile, session
+from .progress import Progress
+from .report import frac_of_step, merge, op_shares, quantile, session
 from .stack import Stack, binaries
 
 ROWS = ("calls", "mean ms", "p50 ms", "p99 ms", "bytes/call", "share")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import signal
 import sys
 import time
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from prometheus_client.parser import text_string_to_metric_families
 
 from ..cluster import ClusterView, text as cluster_text
+from .progress import Progress
 from .stack import Stack, binaries
 from .backends import BACKENDS, available
 from .batches import Config
@@ -45,6 +47,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stack", choices=("auto", "off"), default="auto",
                    help="auto: start Prometheus and Alertmanager when on PATH (default)")
     p.add_argument("--sd-dir", default=None, help="directory for the file_sd target files")
+    p.add_argument("--cluster-log", default=None, metavar="FILE",
+                   help="append every step's cluster dict (tel.cluster_step_metrics) to FILE "
+                        "as JSON lines (needs a file_sd directory: --sd-dir or the stack)")
     p.add_argument("--host", default="127.0.0.1", help="bind the /metrics endpoints here")
     p.add_argument("--advertise-host", default=None, metavar="NAME",
                    help="host name written into file_sd (when --host is a wildcard)")
@@ -82,9 +87,12 @@ class Result:
 
 
 @contextlib.contextmanager
-def session(cfg: Config, stack: Stack | None = None, on_ready=None, on_step=None):
+def session(cfg: Config, stack: Stack | None = None, on_ready=None, on_step=None,
+            cluster_log=None):
     """Run the workload to the end and yield a Result while every process is still up (and,
-    with a stack, after Prometheus has scraped and evaluated the final state)."""
+    with a stack, after Prometheus has scraped and evaluated the final state). With
+    `cluster_log` (an open text file) and a file_sd directory, every step's cluster dict is
+    appended to it as a JSON line, the way a driver would log it."""
     with Workload(cfg) as wl:
         if on_ready is not None:
             on_ready(wl)
@@ -95,6 +103,8 @@ def session(cfg: Config, stack: Stack | None = None, on_ready=None, on_step=None
         view = ClusterView(cfg.sd_dir, cfg.job) if cfg.sd_dir else None
         if view is not None:
             view.step_metrics()  # the baseline: every process at rest after the warm-up
+        if view is not None and cluster_log is not None:
+            on_step = _logging_cluster(ClusterView(cfg.sd_dir, cfg.job), cluster_log, on_step)
         wl.run(on_step)
         cluster = (view.step_metrics(), view.breakdown()) if view is not None else None
         if stack is not None:
@@ -102,6 +112,18 @@ def session(cfg: Config, stack: Stack | None = None, on_ready=None, on_step=None
             stack.wait_evaluated(after=time.time())
         scraped = {k: scrape(i["endpoint"]) for k, i in wl.info.items()}
         yield Result(dict(wl.info), dict(wl.warm), dict(wl.truth), scraped, cluster)
+
+
+def _logging_cluster(view: ClusterView, out, on_step):
+    """on_step, plus one cluster dict per step written to `out` as a JSON line."""
+    view.step_metrics()  # baseline
+
+    def step(n, *rest):
+        if on_step is not None:
+            on_step(n, *rest)
+        out.write(json.dumps({"step": n, **view.step_metrics()}) + "\n")
+        out.flush()
+    return step
 
 
 def scrape(endpoint: str) -> list[tuple[str, dict, float]]:
@@ -200,7 +222,7 @@ def report(res: Result, stack: Stack | None, cfg: Config) -> str:
     samples = [s for k in keys for s in res.scraped[k]]
     mops = metric_ops(samples)
     lines = [f"\nData-plane ops, all processes, every step (truth: the workload's own clock and "
-             f"byte count; metrics: each process's /metrics), worst first"]
+             "byte count; metrics: each process's /metrics), worst first"]
     lines.append(f"  {'op':<10}{'source':<9}{'calls':>7}{'mean ms':>9}{'p50':>8}{'p90':>8}"
                  f"{'p99':>8}{'MB':>10}{'share':>8}")
     dp_t = dp_seconds(total)
@@ -308,38 +330,6 @@ def _alert(labels: dict) -> str:
 
 
 # -- the command ---------------------------------------------------------------------------
-class Progress:
-    """A plain-text progress line on stderr: redrawn in place on a terminal, else a line
-    every few seconds."""
-
-    def __init__(self, cfg: Config, stream=sys.stderr):
-        self.cfg, self.stream = cfg, stream
-        self.tty = stream.isatty()
-        self._last = float("-inf")  # the first step always prints
-
-    def __call__(self, step: int, dt: float, elapsed: float, *_) -> None:
-        if not self.tty and elapsed - self._last < 10:
-            return
-        self._last = elapsed
-        cfg = self.cfg
-        if cfg.duration is None:
-            done, tail = step / max(cfg.steps, 1), f"{step}/{cfg.steps} steps"
-        elif cfg.duration > 0:
-            done, tail = elapsed / cfg.duration, f"{step} steps, {cfg.duration:.0f}s run"
-        else:
-            done, tail = None, f"{step} steps (Ctrl-C stops)"
-        bar = "" if done is None else "[" + "#" * int(30 * min(done, 1)) + \
-            "." * (30 - int(30 * min(done, 1))) + "] "
-        line = f"{bar}{tail}  {elapsed:6.1f}s  step {dt * 1e3:6.1f} ms"
-        self.stream.write(("\r" + line) if self.tty else line + "\n")
-        self.stream.flush()
-
-    def finish(self) -> None:
-        if self.tty:
-            self.stream.write("\n")
-            self.stream.flush()
-
-
 def run(args) -> int:
     cfg = config(args)
     if cfg.corrupt_at is not None and not cfg.verify:
@@ -377,7 +367,8 @@ def run(args) -> int:
                           f"{stack.alertmanager}\nfile_sd      {stack.sd_dir}")
             progress = Progress(cfg)
             state["running"] = True
-            with session(cfg, stack, on_ready, progress) as res:
+            log = es.enter_context(open(args.cluster_log, "a")) if args.cluster_log else None
+            with session(cfg, stack, on_ready, progress, log) as res:
                 state["running"] = False
                 progress.finish()
                 print(report(res, stack, cfg), flush=True)

@@ -19,6 +19,7 @@ import yaml
 
 import dpobs_otel as dpobs
 from dpobs_otel.demo import report as demo
+from dpobs_otel.demo.progress import Progress
 from dpobs_otel.sizing import payload_nbytes
 from dpobs_otel.demo.stack import _ts, prometheus_config
 from dpobs_otel.demo.batches import (PARTITION, ROLE_OPS, Config, make_rows, pack, truth_nbytes,
@@ -197,7 +198,7 @@ def test_compose_flags_parse():
 
 def test_progress_without_a_terminal_prints_plain_lines():
     s = io.StringIO()
-    bar = demo.Progress(Config(steps=10), s)
+    bar = Progress(Config(steps=10), s)
     bar(1, 0.1, 0.1)
     bar(2, 0.1, 1.0)  # within 10 s of the last line: quiet
     bar(9, 0.1, 11.0)
