@@ -62,6 +62,25 @@ def test_jagged_equals_reference_and_dense(dtype, inner):
     assert digests(as_jagged, IDS[:5]) == digests(torch.stack(uniform), IDS[:5])
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("inner", [(), (3,), (2, 2)], ids=str)
+def test_uniform_jagged_takes_the_dense_path_with_the_reference_digests(dtype, inner,
+                                                                           monkeypatch):
+    uniform = [rand((4,) + inner, dtype) for _ in range(7)]
+    nt = torch.nested.nested_tensor(uniform, layout=torch.jagged)
+    # A view whose offsets do not start at 0 (rows 2..5 of nt's buffer).
+    sliced = torch.nested.nested_tensor_from_jagged(nt.values(), offsets=nt.offsets()[2:7])
+    assert fp._uniform_dense(nt) is not None and fp._uniform_dense(sliced) is not None
+    fast = digests(nt, IDS[:7]), digests(sliced, IDS[2:6])
+    assert fast == (reference(uniform, IDS[:7]), reference(uniform[2:6], IDS[2:6]))
+    monkeypatch.setattr(fp, "_uniform_dense", lambda nt: None)  # the general jagged path
+    assert (digests(nt, IDS[:7]), digests(sliced, IDS[2:6])) == fast
+    ragged = torch.nested.nested_tensor([rand((n,) + inner, dtype) for n in (4, 4, 3)],
+                                        layout=torch.jagged)
+    monkeypatch.undo()
+    assert fp._uniform_dense(ragged) is None
+
+
 def test_other_layouts_and_views_equal_reference():
     base = torch.arange(60, dtype=torch.int16).view(6, 10)
     narrowed = torch.nested.narrow(base, 1, torch.tensor([0, 1, 0, 2, 3, 9]),
@@ -293,6 +312,7 @@ ALLOWED_OPS = {
     "unsqueeze", "stack", "narrow", "split_with_sizes", "split", "set_", "_to_dtype",
     "add_", "floor_divide", "layout", "where", "roll", "scalar_tensor",
     "bitwise_and_", "bitwise_xor_", "div", "lt", "gather", "clamp_max_",
+    "eq", "all",  # the uniform-jagged check: int64 comparisons, which CUDA has
 }
 UNSIGNED_WIDE = {torch.uint16, torch.uint32, torch.uint64}  # few kernels on CUDA
 
@@ -320,10 +340,13 @@ def test_uses_only_device_safe_int_ops():
                                      layout=torch.jagged)
     odd = torch.nested.nested_tensor([rand((n,), torch.bool) for n in (1, 4, 0, 9, 2, 3)],
                                      layout=torch.jagged)
+    uniform = torch.nested.nested_tensor([rand((4,), torch.bool) for _ in range(6)],
+                                         layout=torch.jagged)
     with _OpLog() as log:
         field_digests(dense, "a", ids)
         field_digests(jag._values.view(1, -1), "b", ids[:1])
         field_digests(odd, "c", ids)
+        field_digests(uniform, "d", ids)
     assert not log.dtypes & UNSIGNED_WIDE
     assert log.ops <= ALLOWED_OPS, log.ops - ALLOWED_OPS
 
