@@ -45,14 +45,24 @@ def test_counts_and_volumes_equal_the_truth(results):
                 assert math.isnan(rules), (name, op)
 
 
+def _between(value, a, b, slack=0.03) -> bool:
+    """The rules' window holds the measured steps and part of the warm-up step, so a ratio
+    lies between the measured steps' truth and the truth with the whole warm-up."""
+    return min(a, b) - slack <= value <= max(a, b) + slack
+
+
 def test_shares_and_fractions_track_the_truth(results):
     for name, r in results.items():
         shares = [c["share"][0] for c in r["ops"].values()]
         assert sum(shares) == pytest.approx(1.0, abs=1e-6), name
+        whole = r["with_warmup"]
         for op, c in r["ops"].items():
-            assert c["share"][0] == pytest.approx(c["share"][1], abs=0.06), (name, op)
+            rules, truth = c["share"]
+            assert _between(rules, truth, whole["share"][op]), (name, op, rules, truth,
+                                                                whole["share"][op])
         for role, (rules, truth) in r["roles"].items():
-            assert rules == pytest.approx(truth, abs=0.06), (name, role)
+            assert _between(rules, truth, whole["roles"][role]), (name, role, rules, truth,
+                                                                  whole["roles"][role])
         assert 0 < r["guard"] <= r["own"], name  # the guard's time is part of dpobs's own
 
 
