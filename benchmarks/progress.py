@@ -6,11 +6,13 @@ from __future__ import annotations
 import sys
 import time
 
+from dpobs_otel.demo.progress import Line
 
-class Progress:
+
+class Progress(Line):
     def __init__(self, total: int, what: str = "rounds", stream=sys.stderr):
-        self.total, self.what, self.stream = total, what, stream
-        self.tty = stream.isatty()
+        super().__init__(stream)
+        self.total, self.what = total, what
         self.t0 = time.monotonic()
         self._last = float("-inf")
 
@@ -19,11 +21,4 @@ class Progress:
         if now - self._last < (0.5 if self.tty else 10.0) and done < self.total:
             return
         self._last = now
-        line = f"{done}/{self.total} {self.what}  {now - self.t0:6.1f}s"
-        self.stream.write(("\r" + line) if self.tty else line + "\n")
-        self.stream.flush()
-
-    def finish(self) -> None:
-        if self.tty:
-            self.stream.write("\n")
-            self.stream.flush()
+        self.show(f"{done}/{self.total} {self.what}  {now - self.t0:6.1f}s")

@@ -7,13 +7,30 @@ import sys
 from .batches import Config
 
 
-class Progress:
-    """A plain-text progress line on stderr: redrawn in place on a terminal, else a line
-    every few seconds."""
+class Line:
+    """One status line on a stream: redrawn in place on a terminal, appended elsewhere (the
+    benchmarks' progress uses it too)."""
+
+    def __init__(self, stream=sys.stderr):
+        self.stream = stream
+        self.tty = stream.isatty()
+
+    def show(self, text: str) -> None:
+        self.stream.write(("\r" + text) if self.tty else text + "\n")
+        self.stream.flush()
+
+    def finish(self) -> None:
+        if self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+class Progress(Line):
+    """The demo's steps: a bar (or a count, for a timed run) and the last step's time."""
 
     def __init__(self, cfg: Config, stream=sys.stderr):
-        self.cfg, self.stream = cfg, stream
-        self.tty = stream.isatty()
+        super().__init__(stream)
+        self.cfg = cfg
         self._last = float("-inf")  # the first step always prints
 
     def __call__(self, step: int, dt: float, elapsed: float, *_) -> None:
@@ -29,11 +46,4 @@ class Progress:
             done, tail = None, f"{step} steps (Ctrl-C stops)"
         bar = "" if done is None else "[" + "#" * int(30 * min(done, 1)) + \
             "." * (30 - int(30 * min(done, 1))) + "] "
-        line = f"{bar}{tail}  {elapsed:6.1f}s  step {dt * 1e3:6.1f} ms"
-        self.stream.write(("\r" + line) if self.tty else line + "\n")
-        self.stream.flush()
-
-    def finish(self) -> None:
-        if self.tty:
-            self.stream.write("\n")
-            self.stream.flush()
+        self.show(f"{bar}{tail}  {elapsed:6.1f}s  step {dt * 1e3:6.1f} ms")
