@@ -32,11 +32,13 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 import torch  # noqa: E402
 
 import dpobs_otel as dpobs  # noqa: E402
-from progress import Progress  # noqa: E402  benchmarks/progress.py
 from dpobs_otel.demo.batches import Config, make_rows, pack  # noqa: E402
 from dpobs_otel.adapters.mooncake import MooncakeDataPlane, instrument_store  # noqa: E402
 from dpobs_otel.adapters.mooncake_master import MooncakeMaster  # noqa: E402
 from dpobs_otel.sizing import payload_nbytes  # noqa: E402
+
+sys.path.append(_HERE)  # last, now that the wheel's mooncake is imported: benchmarks/progress.py
+from progress import Progress  # noqa: E402
 
 OPS = ("put", "get", "clear")
 
