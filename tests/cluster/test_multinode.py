@@ -274,7 +274,10 @@ def test_killed_agent_fires_for_its_node_and_leaves_the_other_alone(cluster):
     assert [r["metric"]["node"] for r in firing] == ["node-b"]
     now = time.time()
     fresh = cluster.central.query(f'timestamp({sel("up", node="node-a")})')
-    assert len(fresh) == 2 and all(now - r["value"] < 5 for r in fresh), fresh
+    # node-a still delivers: its newest samples are well inside the staleness the alert
+    # judges by (a scrape interval plus remote-write delay, on a loaded box several seconds).
+    stale = AGENT_KNOBS["agent_stale_seconds"]
+    assert len(fresh) == 2 and all(now - r["value"] < stale * 2 / 3 for r in fresh), fresh
     assert cluster.central.query(f'count({{node="node-a", job="{JOB}"}})')[0]["value"] \
         == a_series
     after = by_process(cluster.central.query(sel("dpobs_step_duration_seconds_count",
