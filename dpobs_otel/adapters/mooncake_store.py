@@ -262,7 +262,7 @@ class InstrumentedMooncakeStore:
             occupy = ((RAW_PARTITION, ok, {RAW_FIELD: write})
                       if op == "put" and ok else None)
             acct.record_op(op, t2 - t1, keys, read=read, write=write, missing=missing,
-                       occupy=occupy, t_end=t2)
+                           occupy=occupy, t_end=t2)
             if op == "clear":
                 self._release(name, args, ok, result)
             if code:

@@ -221,7 +221,7 @@ def report(res: Result, stack: Stack | None, cfg: Config) -> str:
     measured = merge(res.truth[k] for k in keys)
     samples = [s for k in keys for s in res.scraped[k]]
     mops = metric_ops(samples)
-    lines = [f"\nData-plane ops, all processes, every step (truth: the workload's own clock and "
+    lines = ["\nData-plane ops, all processes, every step (truth: the workload's own clock and "
              "byte count; metrics: each process's /metrics), worst first"]
     lines.append(f"  {'op':<10}{'source':<9}{'calls':>7}{'mean ms':>9}{'p50':>8}{'p90':>8}"
                  f"{'p99':>8}{'MB':>10}{'share':>8}")
