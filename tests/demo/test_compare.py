@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow
 def results():
     names = ["memory"] + [b for b in ("mooncake", "transferqueue") if available(b) is None]
     out = {}
-    with Stack() as stack:
+    with Stack(interval=compare.INTERVAL) as stack:
         for name in names:
             cfg = Config(steps=20, trainers=2, batch_size=16, latency_s=0.0, verify=True,
                          sd_dir=stack.sd_dir, backend=name, job=f"dpobs-{name}")
@@ -45,25 +45,36 @@ def test_counts_and_volumes_equal_the_truth(results):
                 assert math.isnan(rules), (name, op)
 
 
-def _between(value, a, b, slack=0.03) -> bool:
+def _between(value, a, b, slack) -> bool:
     """The rules' window holds the measured steps and part of the warm-up step, so a ratio
     lies between the measured steps' truth and the truth with the whole warm-up."""
     return min(a, b) - slack <= value <= max(a, b) + slack
+
+
+def _extrapolation(r) -> float:
+    """How far rate() can move a ratio of two processes' rates, relative: up to 1.5 scrape
+    intervals over the span the series were sampled (compare's module docstring says why).
+    With 1 s scrapes and no settling, 3-4 samples and errors up to 49% were seen."""
+    return 1.5 / (r["samples"] - 1)
 
 
 def test_shares_and_fractions_track_the_truth(results):
     for name, r in results.items():
         shares = [c["share"][0] for c in r["ops"].values()]
         assert sum(shares) == pytest.approx(1.0, abs=1e-6), name
-        whole = r["with_warmup"]
+        whole, eps = r["with_warmup"], _extrapolation(r)
+        assert eps < 0.25, (name, r["samples"])  # else the run is too short to judge
         for op, c in r["ops"].items():
             rules, truth = c["share"]
-            assert _between(rules, truth, whole["share"][op]), (name, op, rules, truth,
-                                                                whole["share"][op])
+            slack = 0.01 + eps * max(truth, whole["share"][op])
+            assert _between(rules, truth, whole["share"][op], slack), (
+                name, op, rules, truth, whole["share"][op], slack)
         for role, (rules, truth) in r["roles"].items():
-            assert _between(rules, truth, whole["roles"][role]), (name, role, rules, truth,
-                                                                  whole["roles"][role])
-        assert 0 < r["guard"] <= r["own"], name  # the guard's time is part of dpobs's own
+            slack = 0.01 + eps * max(truth, whole["roles"][role])
+            assert _between(rules, truth, whole["roles"][role], slack), (
+                name, role, rules, truth, whole["roles"][role], slack)
+        # The guard's time is one part of dpobs's own, beside the client's and the codec's.
+        assert 0 < r["guard"] < r["own"], name
 
 
 def test_the_table_names_every_backend_and_op(results):
