@@ -33,7 +33,7 @@ import threading
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 
-from .tq_digests import digest_columns, digests_to_tags, without_digest_tags
+from .tq_digests import digest_columns, digests_to_tags, strip_digest_tags
 
 SYNC_METHODS = ("get_meta", "put", "get_data", "clear_samples", "clear_partition")
 ASYNC_METHODS = tuple("async_" + m for m in SYNC_METHODS)
@@ -61,7 +61,8 @@ class _ClientPlane:
                     partition=None, data_parser=None):
         if fields is not None and metadata is not None:
             fields, rows = digests_to_tags(fields, None, metadata.size,
-                                           unrecorded=data_parser is not None)
+                                           unrecorded=data_parser is not None,
+                                           current=metadata.custom_meta)
             if rows is not None:
                 metadata = metadata.copy()  # the caller's BatchMeta stays as it was
                 metadata.update_custom_meta(rows)
@@ -70,7 +71,7 @@ class _ClientPlane:
             for p in set(metadata.partition_ids):
                 self._fields.setdefault(p, next(iter(fields.keys())))
         if hasattr(out, "custom_meta"):
-            out.custom_meta = [without_digest_tags(t) for t in out.custom_meta]
+            out.custom_meta = strip_digest_tags(out.custom_meta)
         return out
 
     def get_data(self, sample_ids, partition_id, select_fields=None, *, run, metadata):

@@ -32,7 +32,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ..guard import is_digest_field
-from .tq_digests import digest_columns, digests_to_tags, without_digest_tags
+from .tq_digests import digest_columns, digests_to_tags, strip_digest_tags, without_digest_tags
 
 __all__ = ["TransferQueueDataPlane", "InstrumentedTransferQueue", "instrument"]
 
@@ -112,11 +112,35 @@ class TransferQueueDataPlane:
                     refused=None):
         if refused is not None:
             raise refused
-        if fields is not None:
-            fields, tags = digests_to_tags(fields, tags, len(sample_ids),
-                                           unrecorded=data_parser is not None)
+        if fields is not None and any(is_digest_field(k) for k in fields.keys()):
+            return self._put_with_digests(sample_ids, partition_id, fields, tags, data_parser)
         return self._tq.kv_batch_put(keys=sample_ids, partition_id=partition_id, fields=fields,
                                      tags=tags, data_parser=data_parser)
+
+    def _put_with_digests(self, sample_ids, partition_id, fields, tags, data_parser):
+        """kv_batch_put's own steps (look the rows up, merge tags, put), through the client's
+        public calls: the digests are merged with the rows' current tags (tq_digests.py)."""
+        from transfer_queue.metadata import KVBatchMeta
+
+        if fields.batch_size[0] != len(sample_ids):  # TransferQueue's check, in its words
+            raise ValueError(f"`keys` with length {len(sample_ids)} does not match the "
+                             f"`fields` TensorDict with batch_size {fields.batch_size[0]}")
+        if tags is not None and len(tags) != len(sample_ids):
+            raise ValueError(f"keys with length {len(sample_ids)} does not match length of "
+                             f"tags {len(tags)}")
+        client = self._tq.get_client()
+        meta = client.kv_retrieve_meta(keys=sample_ids, partition_id=partition_id, create=True)
+        if meta.size != len(sample_ids):
+            raise RuntimeError(f"Retrieved BatchMeta size {meta.size} does not match with "
+                               f"input `keys` size {len(sample_ids)}!")
+        fields, tags = digests_to_tags(fields, tags, len(sample_ids),
+                                       unrecorded=data_parser is not None,
+                                       current=meta.custom_meta)
+        if tags is not None:
+            meta.update_custom_meta(tags)
+        meta = client.put(fields, meta, data_parser=data_parser)
+        return KVBatchMeta(keys=sample_ids, tags=meta.custom_meta, partition_id=partition_id,
+                           fields=meta.field_names, extra_info=meta.extra_info)
 
     def get_samples(self, sample_ids, partition_id, select_fields=None, refused=None):
         if refused is not None:
@@ -374,7 +398,7 @@ def _clean_meta(meta):
         meta.fields = [f for f in fields if not is_digest_field(f)]
     tags = getattr(meta, "tags", None)
     if tags:
-        meta.tags = [without_digest_tags(t) for t in tags]
+        meta.tags = strip_digest_tags(tags)
     return meta
 
 

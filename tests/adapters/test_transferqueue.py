@@ -21,7 +21,7 @@ from tq_fixtures import BYTES, KEYS, MISSING, OPS, T, cluster, make_tel  # noqa:
 from dpobs_otel.adapters.tq_local import call
 
 import dpobs_otel.adapters.transferqueue as dtq
-from dpobs_otel.guard import digest_name
+from dpobs_otel.guard import DIGEST_PREFIX
 
 
 # -- independent truth ----------------------------------------------------------------
@@ -226,9 +226,11 @@ def test_digests_travel_in_tags_through_delta_writes_subsets_and_rewrites(cluste
     # caller (kv_list, the put's KVBatchMeta) and visible to a bare client.
     assert meta.fields == sorted(td.keys()) and meta.tags == user_tags
     assert call(q.kv_list, pid, timeout_s=T) == {pid: dict(zip(ids, user_tags))}
+    # One entry per row for the write, naming its fields; 8 bytes per field.
     bare_tags = call(tq.kv_list, pid, timeout_s=T)[pid]
-    assert {k for t in bare_tags.values() for k in t if k != "u"} == \
-        {digest_name(f) for f in td.keys()}
+    entry = DIGEST_PREFIX + ",".join(td.keys())
+    assert {k for t in bare_tags.values() for k in t if k != "u"} == {entry}
+    assert {len(t[entry]) for t in bare_tags.values()} == {8 * len(td.keys())}
     assert sorted(call(tq.kv_batch_get, keys=ids, partition_id=pid, timeout_s=T).keys()) == \
         sorted(td.keys())
 
@@ -242,9 +244,16 @@ def test_digests_travel_in_tags_through_delta_writes_subsets_and_rewrites(cluste
     call(q.kv_batch_get, ids, pid, ["ref", "score"], timeout_s=T)
     # (checked, mismatched, unverified): unverified is absent until a row is unverified.
     assert counts("ref") == (3, 0, None) and counts("score") == (3, 0, None)
-    # A guarded rewrite of one field replaces its digest only; a full read checks them all.
+    # A guarded rewrite of one field replaces its digest only, in the wide entry too (no
+    # entry keeps a stale digest); a full read checks them all.
     score = torch.randn(3)
     call(q.kv_batch_put, ids, pid, TensorDict({"score": score}, [3]), timeout_s=T)
+    listed = call(tq.kv_list, pid, timeout_s=T)[pid]
+    at = list(td.keys()).index("score")
+    for k in ids:
+        wide, alone = listed[k][entry], listed[k][DIGEST_PREFIX + "score"]
+        assert wide[8 * at:8 * at + 8] == alone and wide != bare_tags[k][entry]
+        assert wide[:8 * at] == bare_tags[k][entry][:8 * at]  # the other fields' are kept
     got = call(q.kv_batch_get, ids, pid, timeout_s=T)
     assert got["score"].tolist() == score.tolist() and "ref" in got.keys()
     assert counts("score") == (6, 0, None) and counts("tok") == (3, 0, None)
@@ -270,6 +279,6 @@ def test_digests_travel_in_tags_through_delta_writes_subsets_and_rewrites(cluste
     assert "text" in call(q.kv_batch_get, ["n0", "n1"], pid, timeout_s=T).keys()
     listed = call(tq.kv_list, pid, timeout_s=T)[pid]
     assert {k for key in ("n0", "n1") for k in listed[key]} == \
-        {digest_name(f) for f in ("tok", "adv", "mask", "score")}
+        {DIGEST_PREFIX + "tok,adv,mask,score"}
     assert value(scrape(tel), "dpobs_guard_fields_skipped_total", reason="non_tensor") == 2
     call(q.kv_clear, ids + ["p0", "p1", "n0", "n1"], pid, timeout_s=T)
