@@ -139,8 +139,9 @@ class TransferQueueDataPlane:
         if tags is not None:
             meta.update_custom_meta(tags)
         meta = client.put(fields, meta, data_parser=data_parser)
-        return KVBatchMeta(keys=sample_ids, tags=meta.custom_meta, partition_id=partition_id,
-                           fields=meta.field_names, extra_info=meta.extra_info)
+        return KVBatchMeta(keys=sample_ids, tags=strip_digest_tags(meta.custom_meta, True),
+                           partition_id=partition_id, fields=meta.field_names,
+                           extra_info=meta.extra_info)
 
     def get_samples(self, sample_ids, partition_id, select_fields=None, refused=None):
         if refused is not None:

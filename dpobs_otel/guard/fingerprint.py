@@ -142,7 +142,7 @@ def _finish(acc: torch.Tensor, field: str, dtype, row_shape, lead, ids: torch.Te
     change to the words or to the leading length always moves the digest; for fixed words,
     a different id salt always moves it (xor with I is a bijection)."""
     f = field_salt(field, dtype, row_shape)
-    acc = acc.to(torch.int64).bitwise_and_(M32)
+    acc = acc.to(torch.int64)  # signed: the final mask makes (A + S) mod 2^32 all the same
     ids = ids.to(acc.device)
     if isinstance(lead, torch.Tensor):
         fl = (lead.to(acc.device) * G + f).bitwise_and_(M32)

@@ -103,3 +103,9 @@ def test_sentinel_columns_and_a_data_parser():
 def test_a_tag_list_of_the_wrong_length_is_left_for_transferqueue_to_refuse():
     bare, tags = digests_to_tags(guarded({"a": [1, 2]}, 2), [{"u": 0}], 2)
     assert tags == [{"u": 0}] and digest_name("a") not in bare.keys()
+
+
+def test_in_place_stripping_drops_only_the_reserved_entries():
+    _, rows = digests_to_tags(guarded({"a": [1, 2]}, 2), [{"u": 0}, {"u": 1}], 2)
+    same = strip_digest_tags(rows, in_place=True)
+    assert same is rows and rows == [{"u": 0}, {"u": 1}]
