@@ -2,10 +2,27 @@
 through. Inner exceptions propagate untouched; dpobs's own failures are swallowed and counted."""
 from __future__ import annotations
 
+import os
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from time import perf_counter
 
 from .occupancy import TAGS, UNSIZED, Occupancy
 from .sizing import encoded_size, field_nbytes, payload_nbytes
+
+GUARD_WORKERS = 4  # concurrent puts whose digests are computed beside the store's I/O
+_workers: tuple[int, ThreadPoolExecutor] | None = None  # (pid, pool): a fork makes a new one
+_workers_lock = threading.Lock()
+
+
+def _guard_pool() -> ThreadPoolExecutor:
+    """The helper threads of the guard's overlapped puts (see protocol.OverlapsGuard),
+    started on first use; a forked child, which inherits none of them, gets its own."""
+    global _workers
+    with _workers_lock:
+        if _workers is None or _workers[0] != os.getpid():
+            _workers = (os.getpid(), ThreadPoolExecutor(GUARD_WORKERS, "dpobs-guard"))
+        return _workers[1]
 
 
 class InstrumentedClient:
@@ -24,6 +41,7 @@ class InstrumentedClient:
         # Optional inner hook: which ids a short read's rows belong to (stores that drop
         # missing keys silently); see _aligned_ids.
         self._returned_ids = getattr(inner, "returned_sample_ids", None)
+        self._overlaps_guard = bool(getattr(inner, "overlaps_guard", False))
         with self._stats.lock:
             self._stats.occupancies.append(self._occ)
 
@@ -42,8 +60,11 @@ class InstrumentedClient:
         t0 = perf_counter()
         stored = fields
         if self._guard is not None and fields is not None:
-            stored = self._guarded(self._guard.before_put, fields, sample_ids, partition_id,
-                                   fields)
+            if self._overlaps_guard:
+                kwargs["pending_fields"] = self._pending(fields, sample_ids, partition_id)
+            else:
+                stored = self._guarded(self._guard.before_put, fields, sample_ids,
+                                       partition_id, fields)
         t1 = perf_counter()
         try:
             result = self._inner.put_samples(sample_ids, partition_id, stored, tags, **kwargs)
@@ -67,6 +88,17 @@ class InstrumentedClient:
         except Exception as exc:
             self._tel.internal_error("client", exc)
         return result
+
+    def _pending(self, fields, sample_ids, partition_id):
+        """A Future of the fields to store, digested on a helper thread (billed to
+        component=guard as inline); computed inline if no helper can take it."""
+        args = (self._guard.before_put, fields, sample_ids, partition_id, fields)
+        try:
+            return _guard_pool().submit(self._guarded, *args)
+        except RuntimeError:  # the interpreter is shutting down: no new threads
+            done = Future()
+            done.set_result(self._guarded(*args))
+            return done
 
     def _sized(self, default, fn, *args):
         """Payload bytes in a guard of their own: a sizing failure is counted

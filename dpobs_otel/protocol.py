@@ -11,7 +11,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from .names import OPS, READ_OPS  # method name -> op label (a closed set: labels stay bounded)
 
-__all__ = ["DataPlane", "ShortReads", "OPS", "READ_OPS"]
+__all__ = ["DataPlane", "ShortReads", "OverlapsGuard", "OPS", "READ_OPS"]
 
 
 @runtime_checkable
@@ -43,3 +43,16 @@ class ShortReads(Protocol):
 
     def returned_sample_ids(self, sample_ids: list[str], partition_id: str,
                             result: Any) -> list[str] | None: ...
+
+
+@runtime_checkable
+class OverlapsGuard(Protocol):
+    """Optional: a store whose put begins with I/O that does not need the rows' digests
+    (TransferQueue looks the rows up, one round trip, before it writes). With the wire guard
+    on, the core then fingerprints the rows on a helper thread while that I/O runs, and
+    calls `put_samples(..., pending_fields=future)`: `fields` stays the caller's, and
+    `future.result()` (which never raises) is what to store, the guard's copy with digest
+    columns, or the caller's fields when the guard failed. The guard's time is billed to
+    component=guard as usual; the op's time holds only what the store's wait exceeds."""
+
+    overlaps_guard: bool  # True

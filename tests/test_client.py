@@ -376,3 +376,82 @@ def test_zero_and_absent_series_are_told_apart(tel, client):
     s = scrape(tel)
     assert strict(s, "dpobs_client_outstanding_size_bytes") == 0
     assert strict(s, OPS, op="put") == 1 and strict(s, OPS, op="get") is None
+
+
+class _OverlappingPlane(dpobs.InMemoryDataPlane):
+    """A store that declares protocol.OverlapsGuard: its put signals that its "I/O" has
+    begun, then takes the fields to store from the Future."""
+
+    overlaps_guard = True
+
+    def __init__(self, io_started: threading.Event):
+        super().__init__()
+        self.io_started = io_started
+        self.seen = []
+
+    def put_samples(self, sample_ids, partition_id, fields=None, tags=None,
+                    pending_fields=None):
+        self.io_started.set()
+        stored = pending_fields.result(10)
+        self.seen.append((fields, stored))
+        return super().put_samples(sample_ids, partition_id, stored, tags)
+
+
+@pytest.fixture
+def guarded_tel(monkeypatch):
+    monkeypatch.delenv("DPOBS_VERIFY_TENSOR_HASH", raising=False)
+    t = dpobs.start(role="test", rank=0, port=0, verify_tensor_hash=True)
+    yield t
+    t.shutdown()
+
+
+def _waiting_guard(tel, monkeypatch, fail=False):
+    """The guard's before_put, made to wait until the store's put has begun: only a guard
+    running beside that put sees it begin (inline, before the call, it waits in vain)."""
+    io_started, overlapped = threading.Event(), []
+    inner = tel.guard.before_put
+
+    def before_put(*args):
+        overlapped.append(io_started.wait(5))
+        if fail:
+            raise RuntimeError("guard broke")
+        return inner(*args)
+    monkeypatch.setattr(tel.guard, "before_put", before_put)
+    return io_started, overlapped
+
+
+def test_a_store_that_overlaps_gets_the_digests_from_a_helper_thread(guarded_tel, monkeypatch):
+    io_started, overlapped = _waiting_guard(guarded_tel, monkeypatch)
+    plane = _OverlappingPlane(io_started)
+    c = guarded_tel.instrument(plane)
+    td, _ = _batch(4, 1)
+    c.put_samples([f"k{i}" for i in range(4)], "p", td)
+    (fields, stored), = plane.seen
+    assert overlapped == [True] and fields is td  # the caller's fields, untouched
+    assert any(guarded_tel.guard.is_digest_field(k) for k in stored.keys())
+    got = c.get_samples([f"k{i}" for i in range(4)], "p", ["adv"])
+    assert torch.equal(got["adv"], td["adv"]) and list(got.keys()) == ["adv"]
+    s = scrape(guarded_tel)
+    assert value(s, "dpobs_guard_rows_checked_total", field="adv") == 4
+    assert value(s, OPS, op="put") == 1
+    assert value(s, "dpobs_instrumentation_time_seconds_total", component="guard") > 0
+
+
+def test_a_failing_overlapped_guard_stores_the_callers_fields(guarded_tel, monkeypatch):
+    io_started, overlapped = _waiting_guard(guarded_tel, monkeypatch, fail=True)
+    plane = _OverlappingPlane(io_started)
+    c = guarded_tel.instrument(plane)
+    td, _ = _batch(2, 2)
+    c.put_samples(["a", "b"], "p", td)
+    (fields, stored), = plane.seen
+    assert overlapped == [True] and stored is td
+    s = scrape(guarded_tel)
+    assert value(s, "dpobs_instrumentation_errors_total", component="guard") == 1
+    assert value(s, OPS, op="put") == 1
+
+
+def test_the_guard_pool_is_made_anew_in_a_forked_child(monkeypatch):
+    pool = client_mod._guard_pool()
+    assert client_mod._guard_pool() is pool
+    monkeypatch.setattr(client_mod.os, "getpid", lambda: -1)  # what a child sees
+    assert client_mod._guard_pool() is not pool

@@ -139,11 +139,13 @@ class ClientPatches:
         self._classes = (TransferQueueClient, AsyncTransferQueueClient)
         self._telemetry_of = telemetry_of  # () -> this process's Telemetry, or None
         # Callers whose calls are TransferQueue's own plumbing (any transfer_queue module) or
-        # already measured (the kv_* adapter's guarded reads call get_data). Not the rest of
-        # dpobs_otel.adapters: tq_local.call, for one, forwards a user's call.
+        # already measured (the kv_* adapter's guarded reads call get_data, its guarded puts
+        # put). Not the rest of dpobs_otel.adapters: tq_local.call, for one, forwards a
+        # user's call.
         self._internal_dir = os.path.dirname(os.path.abspath(module.__file__)) + os.sep
-        self._adapter_file = os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                          "transferqueue.py")
+        here = os.path.dirname(os.path.abspath(__file__))
+        self._adapter_files = {os.path.join(here, f) for f in ("transferqueue.py",
+                                                               "tq_digests.py")}
         self._sync = {m: getattr(TransferQueueClient, m) for m in SYNC_METHODS}
         self._async = {m: getattr(AsyncTransferQueueClient, m) for m in ASYNC_METHODS}
         self._extra = {m: getattr(TransferQueueClient, m)
@@ -167,7 +169,7 @@ class ClientPatches:
     def _internal(self) -> bool:
         """Is the caller of the patched method transfer_queue's code or the kv_* adapter?"""
         caller = sys._getframe(2).f_code.co_filename
-        return caller.startswith(self._internal_dir) or caller == self._adapter_file
+        return caller.startswith(self._internal_dir) or caller in self._adapter_files
 
     def _core(self, client):
         pid = os.getpid()

@@ -25,6 +25,10 @@ them), and the writer sees the rows' current tags, so:
     digested rows of the same read are checked (a mixed read does not fall back whole);
   * kv_clear drops a key with its tags.
 The tags never reach the caller: `kv_list` and the KVBatchMeta of a put leave them out.
+
+`put_with_digests` is the guarded put: kv_batch_put's own three steps, so that the writer
+sees the rows' current tags, and so that the rows are fingerprinted (on a helper thread of
+the core, protocol.OverlapsGuard) while the first step, a round trip to the controller, runs.
 """
 from __future__ import annotations
 
@@ -92,6 +96,36 @@ def digests_to_tags(fields, tags, n: int, unrecorded: bool = False, current=None
     if tags is not None:
         rows = [{**tag, **row} for tag, row in zip(tags, rows)]
     return bare, rows
+
+
+def put_with_digests(client, sample_ids, partition_id, fields, tags, data_parser,
+                     pending=None):
+    """kv_batch_put's own steps (look the rows up, merge the tags, put) through a
+    TransferQueueClient's public calls, so the digests merge with the rows' current tags.
+    `pending`: a Future of the fields with digest columns (protocol.OverlapsGuard), awaited
+    after the lookup; else `fields` has them. Returns the put's KVBatchMeta, digests gone."""
+    from transfer_queue.metadata import KVBatchMeta
+
+    if fields.batch_size[0] != len(sample_ids):  # TransferQueue's checks, in its words
+        raise ValueError(f"`keys` with length {len(sample_ids)} does not match the "
+                         f"`fields` TensorDict with batch_size {fields.batch_size[0]}")
+    if tags is not None and len(tags) != len(sample_ids):
+        raise ValueError(f"keys with length {len(sample_ids)} does not match length of "
+                         f"tags {len(tags)}")
+    meta = client.kv_retrieve_meta(keys=sample_ids, partition_id=partition_id, create=True)
+    if meta.size != len(sample_ids):
+        raise RuntimeError(f"Retrieved BatchMeta size {meta.size} does not match with "
+                           f"input `keys` size {len(sample_ids)}!")
+    if pending is not None:
+        fields = pending.result()
+    fields, tags = digests_to_tags(fields, tags, len(sample_ids),
+                                   unrecorded=data_parser is not None, current=meta.custom_meta)
+    if tags is not None:
+        meta.update_custom_meta(tags)
+    meta = client.put(fields, meta, data_parser=data_parser)
+    return KVBatchMeta(keys=sample_ids, tags=strip_digest_tags(meta.custom_meta, True),
+                       partition_id=partition_id, fields=meta.field_names,
+                       extra_info=meta.extra_info)
 
 
 def _rewrite_overlaps(current, rows, name: str, keys: tuple, matrix: torch.Tensor) -> None:

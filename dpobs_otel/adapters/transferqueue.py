@@ -20,7 +20,8 @@ What TransferQueue does that the adapter has to handle (docs/transferqueue.md):
     missing ids.
   * kv_batch_get returns no tags; kv_list does. The guard's digests travel in the rows' tags
     (tq_digests.py), so a guarded read looks the rows up itself with the two client calls
-    kv_batch_get is made of, and gets the tags with them.
+    kv_batch_get is made of, and gets the tags with them; a guarded put likewise makes
+    kv_batch_put's three calls itself, to merge its digests with the rows' current tags.
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ..guard import is_digest_field
-from .tq_digests import digest_columns, digests_to_tags, strip_digest_tags, without_digest_tags
+from .tq_digests import digest_columns, put_with_digests, strip_digest_tags, without_digest_tags
 
 __all__ = ["TransferQueueDataPlane", "InstrumentedTransferQueue", "instrument"]
 
@@ -108,40 +109,20 @@ class TransferQueueDataPlane:
     # `refused`: an argument check the adapter makes where TransferQueue makes it, before any
     # I/O (InstrumentedTransferQueue); raised here, inside the measured call, so the refused
     # call is timed and counted as an error like every other failed op.
+    # protocol.OverlapsGuard: with the guard on, the rows are fingerprinted while the lookup
+    # that starts every put (kv_retrieve_meta, a round trip) runs.
+    overlaps_guard = True
+
     def put_samples(self, sample_ids, partition_id, fields=None, tags=None, data_parser=None,
-                    refused=None):
+                    refused=None, pending_fields=None):
         if refused is not None:
             raise refused
-        if fields is not None and any(is_digest_field(k) for k in fields.keys()):
-            return self._put_with_digests(sample_ids, partition_id, fields, tags, data_parser)
+        if pending_fields is not None or (
+                fields is not None and any(is_digest_field(k) for k in fields.keys())):
+            return put_with_digests(self._tq.get_client(), sample_ids, partition_id, fields,
+                                    tags, data_parser, pending_fields)
         return self._tq.kv_batch_put(keys=sample_ids, partition_id=partition_id, fields=fields,
                                      tags=tags, data_parser=data_parser)
-
-    def _put_with_digests(self, sample_ids, partition_id, fields, tags, data_parser):
-        """kv_batch_put's own steps (look the rows up, merge tags, put), through the client's
-        public calls: the digests are merged with the rows' current tags (tq_digests.py)."""
-        from transfer_queue.metadata import KVBatchMeta
-
-        if fields.batch_size[0] != len(sample_ids):  # TransferQueue's check, in its words
-            raise ValueError(f"`keys` with length {len(sample_ids)} does not match the "
-                             f"`fields` TensorDict with batch_size {fields.batch_size[0]}")
-        if tags is not None and len(tags) != len(sample_ids):
-            raise ValueError(f"keys with length {len(sample_ids)} does not match length of "
-                             f"tags {len(tags)}")
-        client = self._tq.get_client()
-        meta = client.kv_retrieve_meta(keys=sample_ids, partition_id=partition_id, create=True)
-        if meta.size != len(sample_ids):
-            raise RuntimeError(f"Retrieved BatchMeta size {meta.size} does not match with "
-                               f"input `keys` size {len(sample_ids)}!")
-        fields, tags = digests_to_tags(fields, tags, len(sample_ids),
-                                       unrecorded=data_parser is not None,
-                                       current=meta.custom_meta)
-        if tags is not None:
-            meta.update_custom_meta(tags)
-        meta = client.put(fields, meta, data_parser=data_parser)
-        return KVBatchMeta(keys=sample_ids, tags=strip_digest_tags(meta.custom_meta, True),
-                           partition_id=partition_id, fields=meta.field_names,
-                           extra_info=meta.extra_info)
 
     def get_samples(self, sample_ids, partition_id, select_fields=None, refused=None):
         if refused is not None:
