@@ -16,7 +16,9 @@ Prints, per run, medians in ms and each client's median as a ratio of the bare o
 --alternatives adds two bare arms that price the other ways digests could travel: one extra
 int64 (N, 4) column per write ("1 column"), and per-row tags read back by a kv_list after
 each get ("tags+kv_list"). dpobs+guard carries them in tags read with the rows' metadata;
-"dpobs+guard -fp" is that arm's time minus the guard hooks' own (fingerprint) time.
+"dpobs+guard -fp" is that arm's time minus the guard hooks' own (fingerprint) time; on put
+the fingerprint runs beside TransferQueue's row lookup (protocol.OverlapsGuard), so there
+"-fp" subtracts time that was partly hidden and is a lower bound of the carrying cost.
 """
 from __future__ import annotations
 

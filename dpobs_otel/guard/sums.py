@@ -7,8 +7,8 @@ reference.py specifies; no unsigned tensor is ever created, so the same code run
 CPU chunks. Each op works on at most CPU_CHUNK_WORDS words, just under torch's parallel grain
 size (32768 elements), so it runs on the thread that called it: no OpenMP barrier to stall on
 when the machine is busy (measured here: one 32768-word chunk loop that goes parallel on a
-loaded 2-core box took 200 ms instead of 12). Up to `_workers()` Python threads share the
-chunks instead; torch releases the GIL inside every op. Accelerators take a field in one
+loaded 2-core box took 200 ms instead of 12). Up to `_workers()` Python threads can share the
+chunks instead (torch releases the GIL inside every op); MAX_WORKERS says why that is one. Accelerators take a field in one
 chunk, with no host sync.
 """
 from __future__ import annotations
@@ -25,7 +25,12 @@ CPU_CHUNK_WORDS = 511 * BLOCK  # 32704: under the grain size, a whole number of 
 # With one intra-op thread no op can go parallel: chunks this many times larger (512 KB) cut
 # the per-op dispatch cost while staying in L2.
 SERIAL_FACTOR = 4
-MAX_WORKERS = 4
+# Python threads sharing a field's chunks. One: on the 2-core development box two workers
+# took 42.6 ms for the 100 MB batch's four fields against 23.8 ms for one (torch 2.13, two
+# intra-op threads, an idle machine): each chunk's ops are short, and handing the GIL back
+# and forth between them cost more than the second core gave. Raise it where cores are many
+# and chunks long; the tests run the shared-chunk path with several.
+MAX_WORKERS = 1
 MAX_TABLES = 256  # short power tables kept (per base, length and device)
 # Positions per piece of the row-boundary lookups on the CPU: each piece's (positions, 64)
 # ops then stay under the grain size, like the chunks. (The gather itself never goes
