@@ -26,47 +26,13 @@ from __future__ import annotations
 
 import functools
 import inspect
-import logging
-import os
-import threading
 from typing import Collection
 
-try:
-    from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
-except ImportError:  # DPOBS_AUTO=1 needs no OpenTelemetry launcher, hence not its package
-    class BaseInstrumentor:
-        """The part of opentelemetry-instrumentation's BaseInstrumentor used here: one
-        instance per class, instrument() and uninstrument() each at most once in a row."""
-
-        _instance = None
-        _is_instrumented_by_opentelemetry = False
-
-        def __new__(cls, *args, **kwargs):
-            if cls._instance is None:
-                cls._instance = object.__new__(cls)
-            return cls._instance
-
-        def instrument(self, **kwargs):
-            if self._is_instrumented_by_opentelemetry:
-                return None
-            for flag in ("skip_dep_check", "raise_exception_on_conflict"):
-                kwargs.pop(flag, None)
-            result = self._instrument(**kwargs)
-            self._is_instrumented_by_opentelemetry = True
-            return result
-
-        def uninstrument(self, **kwargs):
-            if not self._is_instrumented_by_opentelemetry:
-                return None
-            result = self._uninstrument(**kwargs)
-            self._is_instrumented_by_opentelemetry = False
-            return result
-
+from .instrumentation import Instrumentor, PerProcess
 from .transferqueue import MEASURED
 
 __all__ = ["TransferQueueInstrumentor", "KV_FUNCTIONS"]
 
-log = logging.getLogger(__name__)
 
 _KV = ("kv_put", "kv_batch_put", "kv_batch_get", "kv_batch_get_by_meta", "kv_list", "kv_clear")
 KV_FUNCTIONS = _KV + tuple("async_" + name for name in _KV)
@@ -84,55 +50,7 @@ class _Originals:
         return getattr(self.__dict__["_module"], name)
 
 
-class _PerProcess:
-    """The adapter, built on the first measured call in each process."""
-
-    def __init__(self, module, originals: dict, telemetry=None):
-        self._module = _Originals(module, originals)
-        self._given = telemetry
-        self._given_pid = os.getpid()
-        self._lock = threading.Lock()
-        self._pid = None
-        self._adapter = None
-        self._tel = None
-        self.started = None  # the Telemetry this object started, if any
-
-    def telemetry(self):
-        """This process's Telemetry (started on first use), or None if it cannot start."""
-        return None if self.adapter() is None else self._tel
-
-    def adapter(self):
-        if self._pid == os.getpid():
-            return self._adapter
-        with self._lock:
-            if self._pid != os.getpid():
-                self._adapter = self._build()
-                self._pid = os.getpid()
-        return self._adapter
-
-    def _build(self):
-        from .transferqueue import InstrumentedTransferQueue
-
-        try:
-            tel = self._given if os.getpid() == self._given_pid else None
-            if tel is None:
-                import dpobs_otel
-
-                tel = self.started = dpobs_otel.start()
-            self._tel = tel
-            return InstrumentedTransferQueue(tel, self._module)
-        except Exception:
-            log.exception("dpobs: could not start on TransferQueue's first call in pid %d; "
-                          "its calls run unmeasured", os.getpid())
-            return None
-
-    def close(self) -> None:
-        if self.started is not None and self._pid == os.getpid():
-            self.started.shutdown()
-        self.started = self._adapter = self._pid = self._tel = None
-
-
-def _measured(name: str, original, per_process: _PerProcess):
+def _measured(name: str, original, per_process: PerProcess):
     """`original` measured through the adapter's method of the same name and signature."""
     if inspect.iscoroutinefunction(original):
         @functools.wraps(original)
@@ -152,29 +70,22 @@ def _measured(name: str, original, per_process: _PerProcess):
     return measured
 
 
-class TransferQueueInstrumentor(BaseInstrumentor):
+class TransferQueueInstrumentor(Instrumentor):
     """See the module docstring. One instance per process (BaseInstrumentor is a singleton)."""
-
-    _lock = threading.RLock()
 
     def instrumentation_dependencies(self) -> Collection[str]:
         return ("transferqueue == 0.1.11",)
 
-    def instrument(self, **kwargs):
-        with self._lock:  # BaseInstrumentor's own flag check is not atomic
-            return super().instrument(**kwargs)
-
-    def uninstrument(self, **kwargs):
-        with self._lock:
-            return super().uninstrument(**kwargs)
-
     def _instrument(self, **kwargs):
         import transfer_queue
 
+        from .transferqueue import InstrumentedTransferQueue
         from .tq_client import ClientPatches
 
         originals = {name: getattr(transfer_queue, name) for name in KV_FUNCTIONS}
-        self._per_process = _PerProcess(transfer_queue, originals, kwargs.get("telemetry"))
+        module = _Originals(transfer_queue, originals)
+        self._per_process = PerProcess(lambda tel: InstrumentedTransferQueue(tel, module),
+                                       "TransferQueue", kwargs.get("telemetry"))
         self._originals = originals
         self._clients = ClientPatches(transfer_queue, self._per_process.telemetry)
         for name, fn in originals.items():

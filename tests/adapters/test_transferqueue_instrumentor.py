@@ -245,14 +245,17 @@ def test_client_classes_measured_sync_and_async(cluster, instrumentor):
 
 
 def test_dpobs_starts_on_first_call_and_again_in_a_forked_child(tmp_path, monkeypatch):
-    from dpobs_otel.adapters.transferqueue_instrumentor import _PerProcess
+    from dpobs_otel.adapters.instrumentation import PerProcess
+    from dpobs_otel.adapters.transferqueue import InstrumentedTransferQueue
+    from dpobs_otel.adapters.transferqueue_instrumentor import _Originals
 
     for var in ("DPOBS_PORT", "DPOBS_VERIFY_TENSOR_HASH", "DPOBS_SD_DIR"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("DPOBS_ROLE", "forked")
     listing = {"p": {"a": {}, "b": {}}}
     module = types.SimpleNamespace(kv_list=lambda partition_id=None: listing)
-    per_process = _PerProcess(module, {"kv_list": module.kv_list})
+    originals = _Originals(module, {"kv_list": module.kv_list})
+    per_process = PerProcess(lambda tel: InstrumentedTransferQueue(tel, originals), "test")
     assert per_process.started is None  # importing and instrumenting start nothing
     try:
         assert per_process.adapter().kv_list("p") == listing
@@ -341,8 +344,8 @@ sys.modules["opentelemetry.instrumentation"] = None  # as if not installed
 import transfer_queue
 from dpobs_otel.adapters.transferqueue_instrumentor import KV_FUNCTIONS, TransferQueueInstrumentor
 own = {n: getattr(transfer_queue, n) for n in KV_FUNCTIONS}
-base = TransferQueueInstrumentor.__mro__[1]
-assert base.__module__ == "dpobs_otel.adapters.transferqueue_instrumentor", base  # the fallback
+base = TransferQueueInstrumentor.__mro__[2]  # past instrumentation.Instrumentor
+assert base.__module__ == "dpobs_otel.adapters.instrumentation", base  # the fallback
 inst = TransferQueueInstrumentor()
 assert TransferQueueInstrumentor() is inst
 inst.instrument(); inst.instrument()
