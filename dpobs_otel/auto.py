@@ -1,5 +1,5 @@
-"""`DPOBS_AUTO=1`: measure TransferQueue in every Python process, with no code change and no
-launcher.
+"""`DPOBS_AUTO=1`: measure TransferQueue and Mooncake's store in every Python process, with no
+code change and no launcher.
 
 The wheel installs `dpobs-otel-auto.pth` into site-packages; Python runs its one line at
 every interpreter start. That line imports this module only when DPOBS_AUTO is set, and
@@ -7,7 +7,8 @@ this module imports nothing but the standard library: an interpreter that never 
 `transfer_queue` pays a dictionary lookup and no torch, ray or OpenTelemetry import.
 
 `install()` puts a finder first on sys.meta_path that notices the import of
-`transfer_queue`; once the package has executed, TransferQueueInstrumentor instruments it
+`transfer_queue` or `mooncake.store`; once the module has executed, its instrumentor
+(TransferQueueInstrumentor, MooncakeInstrumentor) instruments it
 (dpobs.start() then runs lazily on the first measured call, every setting from DPOBS_*,
 role and rank included). Because it is environment-driven, it reaches every process an
 environment reaches: Ray actors through runtime_env={"env_vars": {"DPOBS_AUTO": "1", ...}},
@@ -16,13 +17,16 @@ never stops the import.
 """
 from __future__ import annotations
 
+import importlib
 import importlib.abc
 import importlib.util
 import logging
 import os
 import sys
 
-TARGET = "transfer_queue"
+# module -> (its instrumentor's module, class), imported only once the module is
+TARGETS = {"transfer_queue": ("transferqueue_instrumentor", "TransferQueueInstrumentor"),
+           "mooncake.store": ("mooncake_instrumentor", "MooncakeInstrumentor")}
 log = logging.getLogger("dpobs_otel.auto")
 
 
@@ -32,8 +36,9 @@ def enabled(env=os.environ) -> bool:
 
 def _instrument(module) -> None:
     try:
-        from .adapters.transferqueue_instrumentor import TransferQueueInstrumentor
-        TransferQueueInstrumentor().instrument()
+        where, name = TARGETS[module.__name__]
+        instrumentor = getattr(importlib.import_module(f"{__package__}.adapters.{where}"), name)
+        instrumentor().instrument()
     except Exception:  # never fail the user's import
         log.warning("dpobs: DPOBS_AUTO could not instrument %s", module.__name__,
                     exc_info=True)
@@ -55,7 +60,7 @@ class _Loader(importlib.abc.Loader):
 
 class _Finder(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
-        if name != TARGET:
+        if name not in TARGETS:
             return None
         sys.meta_path.remove(self)  # once: the real finders locate the package
         try:
@@ -68,10 +73,11 @@ class _Finder(importlib.abc.MetaPathFinder):
 
 
 def install() -> None:
-    """Instrument TransferQueue when (or, if already imported, now that) it is imported."""
+    """Instrument each target when (or, if already imported, now that) it is imported."""
     if not enabled() or any(isinstance(f, _Finder) for f in sys.meta_path):
         return
-    if TARGET in sys.modules:
-        _instrument(sys.modules[TARGET])
-        return
-    sys.meta_path.insert(0, _Finder())
+    for name in TARGETS:
+        if name in sys.modules:
+            _instrument(sys.modules[name])
+    if not all(name in sys.modules for name in TARGETS):
+        sys.meta_path.insert(0, _Finder())

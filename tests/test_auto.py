@@ -1,8 +1,9 @@
-"""DPOBS_AUTO=1: TransferQueue measured in any process the environment reaches, through the
+"""DPOBS_AUTO=1: TransferQueue and Mooncake's store measured in any process the environment reaches, through the
 start-up hook the package installs; nothing heavy imported where the data plane is unused.
 (The Ray-actor case is in tests/adapters/test_transferqueue_instrumentor.py.)"""
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -41,3 +42,12 @@ def test_importing_transfer_queue_instruments_it_only_when_asked():
     assert json.loads(_python(probe, DPOBS_AUTO="1")) is True
     assert json.loads(_python(probe, DPOBS_AUTO="0")) is False
     assert json.loads(_python(probe)) is False
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mooncake") is None,
+                    reason="the mooncake wheel is not installed")
+def test_importing_mooncake_store_instruments_it_only_when_asked():
+    probe = ("import json; from mooncake.store import MooncakeDistributedStore as S; "
+             "print(json.dumps(hasattr(S.put_tensor, '__wrapped__')))")
+    assert json.loads(_python(probe, DPOBS_AUTO="1")) is True
+    assert json.loads(_python(probe, DPOBS_AUTO="0")) is False
