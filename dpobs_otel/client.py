@@ -15,6 +15,14 @@ _workers: tuple[int, ThreadPoolExecutor] | None = None  # (pid, pool): a fork ma
 _workers_lock = threading.Lock()
 
 
+def _after_fork_in_child() -> None:
+    global _workers, _workers_lock
+    _workers, _workers_lock = None, threading.Lock()  # a parent's thread may have held it
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def _guard_pool() -> ThreadPoolExecutor:
     """The helper threads of the guard's overlapped puts (see protocol.OverlapsGuard),
     started on first use; a forked child, which inherits none of them, gets its own."""

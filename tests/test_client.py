@@ -455,3 +455,17 @@ def test_the_guard_pool_is_made_anew_in_a_forked_child(monkeypatch):
     assert client_mod._guard_pool() is pool
     monkeypatch.setattr(client_mod.os, "getpid", lambda: -1)  # what a child sees
     assert client_mod._guard_pool() is not pool
+
+
+def test_a_forked_child_runs_guard_work_on_threads_of_its_own():
+    import os
+    client_mod._guard_pool().submit(lambda: None).result(10)  # the parent's pool is up
+    pid = os.fork()
+    if pid == 0:  # the child inherits no threads: a job on the parent's pool would hang
+        code = 1
+        try:
+            code = 0 if client_mod._guard_pool().submit(lambda: 7).result(10) == 7 else 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
