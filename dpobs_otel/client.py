@@ -2,36 +2,11 @@
 through. Inner exceptions propagate untouched; dpobs's own failures are swallowed and counted."""
 from __future__ import annotations
 
-import os
-import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
 from time import perf_counter
 
 from .occupancy import TAGS, UNSIZED, Occupancy
 from .sizing import encoded_size, field_nbytes, payload_nbytes
-
-GUARD_WORKERS = 4  # concurrent puts whose digests are computed beside the store's I/O
-_workers: tuple[int, ThreadPoolExecutor] | None = None  # (pid, pool): a fork makes a new one
-_workers_lock = threading.Lock()
-
-
-def _after_fork_in_child() -> None:
-    global _workers, _workers_lock
-    _workers, _workers_lock = None, threading.Lock()  # a parent's thread may have held it
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def _guard_pool() -> ThreadPoolExecutor:
-    """The helper threads of the guard's overlapped puts (see protocol.OverlapsGuard),
-    started on first use; a forked child, which inherits none of them, gets its own."""
-    global _workers
-    with _workers_lock:
-        if _workers is None or _workers[0] != os.getpid():
-            _workers = (os.getpid(), ThreadPoolExecutor(GUARD_WORKERS, "dpobs-guard"))
-        return _workers[1]
-
 
 class InstrumentedClient:
     def __init__(self, inner, tel):
@@ -39,6 +14,9 @@ class InstrumentedClient:
         self._tel = tel
         self._stats = tel.stats
         self._guard = tel.guard
+        if self._guard is not None:  # where the guard's hooks run (guard/pool.py)
+            from .guard import pool
+            self._pool = pool
         self._record = tel.op_duration.record
         self._attrs = tel.op_attrs
         self._occ = Occupancy()
@@ -68,11 +46,12 @@ class InstrumentedClient:
         t0 = perf_counter()
         stored = fields
         if self._guard is not None and fields is not None:
-            if self._overlaps_guard:
-                kwargs["pending_fields"] = self._pending(fields, sample_ids, partition_id)
+            pending = self._pool.submit(self._guarded, self._guard.before_put, fields,
+                                        sample_ids, partition_id, fields, where=fields)
+            if self._overlaps_guard:  # the store awaits it after I/O that needs no digests
+                kwargs["pending_fields"] = pending
             else:
-                stored = self._guarded(self._guard.before_put, fields, sample_ids,
-                                       partition_id, fields)
+                stored = pending.result()
         t1 = perf_counter()
         try:
             result = self._inner.put_samples(sample_ids, partition_id, stored, tags, **kwargs)
@@ -96,17 +75,6 @@ class InstrumentedClient:
         except Exception as exc:
             self._tel.internal_error("client", exc)
         return result
-
-    def _pending(self, fields, sample_ids, partition_id):
-        """A Future of the fields to store, digested on a helper thread (billed to
-        component=guard as inline); computed inline if no helper can take it."""
-        args = (self._guard.before_put, fields, sample_ids, partition_id, fields)
-        try:
-            return _guard_pool().submit(self._guarded, *args)
-        except RuntimeError:  # the interpreter is shutting down: no new threads
-            done = Future()
-            done.set_result(self._guarded(*args))
-            return done
 
     def _sized(self, default, fn, *args):
         """Payload bytes in a guard of their own: a sizing failure is counted
@@ -189,10 +157,11 @@ class InstrumentedClient:
                 guard.recover_digests, result,
                 lambda rows, cols: fn(rows, partition_id, cols, **kwargs),
                 ids, select_fields, result)
-        if guard is not None:
-            result = self._guarded(guard.after_get, None, ids, partition_id, result,
-                                   select_fields, added or select_fields is None,
-                                   on_fail=self._strip)  # a full read returns any digests
+        if guard is not None:  # on_fail: a full read returns any digests
+            result = self._pool.run(partial(self._guarded, on_fail=self._strip),
+                                    guard.after_get, None, ids, partition_id, result,
+                                    select_fields, added or select_fields is None,
+                                    where=result)
         t3 = perf_counter()
         try:  # bytes in a guard of their own (see _sized), inlined on the hot path
             nbytes = payload_nbytes(result)

@@ -451,20 +451,23 @@ def test_a_failing_overlapped_guard_stores_the_callers_fields(guarded_tel, monke
 
 
 def test_the_guard_pool_is_made_anew_in_a_forked_child(monkeypatch):
-    pool = client_mod._guard_pool()
-    assert client_mod._guard_pool() is pool
-    monkeypatch.setattr(client_mod.os, "getpid", lambda: -1)  # what a child sees
-    assert client_mod._guard_pool() is not pool
+    from dpobs_otel.guard import pool as guard_pool
+    pool = guard_pool.pool()
+    assert guard_pool.pool() is pool
+    monkeypatch.setattr(guard_pool.os, "getpid", lambda: -1)  # what a child sees
+    assert guard_pool.pool() is not pool
 
 
 def test_a_forked_child_runs_guard_work_on_threads_of_its_own():
     import os
-    client_mod._guard_pool().submit(lambda: None).result(10)  # the parent's pool is up
+
+    from dpobs_otel.guard import pool as guard_pool
+    guard_pool.pool().submit(lambda: None).result(10)  # the parent's pool is up
     pid = os.fork()
     if pid == 0:  # the child inherits no threads: a job on the parent's pool would hang
         code = 1
         try:
-            code = 0 if client_mod._guard_pool().submit(lambda: 7).result(10) == 7 else 1
+            code = 0 if guard_pool.pool().submit(lambda: 7).result(10) == 7 else 1
         finally:
             os._exit(code)
     _, status = os.waitpid(pid, 0)

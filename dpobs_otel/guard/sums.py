@@ -13,6 +13,7 @@ chunk, with no host sync.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
 
@@ -116,6 +117,36 @@ def mix_into(w: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     torch.bitwise_right_shift(w, _SHIFT, out=out)
     out.bitwise_and_(_MIX_MASK)
     return out.bitwise_xor_(w)
+
+
+def serial_here() -> bool:
+    """Limit OpenMP to one thread for the calling thread alone (an OpenMP thread count is
+    per calling thread), so that torch.get_num_threads() is 1 here: the chunks are then
+    SERIAL_FACTOR times larger and no op goes parallel. For the guard's own helper threads
+    (guard/pool.py), never a caller's. False where torch's OpenMP library is not found."""
+    torch.get_num_threads()  # torch's lazy per-thread set-up first: it would undo ours
+    lib = _openmp()
+    if lib is None:
+        return False
+    lib.omp_set_num_threads(1)
+    return torch.get_num_threads() == 1
+
+
+@functools.lru_cache(maxsize=1)
+def _openmp():
+    """The OpenMP runtime torch loaded (its wheels ship libgomp, or Intel's libiomp5)."""
+    import ctypes
+    import glob
+    import os
+
+    here = os.path.join(os.path.dirname(torch.__file__), "lib")
+    for pattern in ("libgomp*.so*", "libiomp5*.so*"):
+        for path in sorted(glob.glob(os.path.join(here, pattern))):
+            try:
+                return ctypes.CDLL(path)  # already loaded by torch: the same handle
+            except OSError:
+                continue
+    return None
 
 
 def _cpu_chunk() -> int:
