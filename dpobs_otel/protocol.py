@@ -53,6 +53,7 @@ class OverlapsGuard(Protocol):
     calls `put_samples(..., pending_fields=future)`: `fields` stays the caller's, and
     `future.result()` (which never raises) is what to store, the guard's copy with digest
     columns, or the caller's fields when the guard failed. The guard's time is billed to
-    component=guard as usual; the op's time holds only what the store's wait exceeds."""
+    component=guard as usual; the op's time includes the store's wait for the Future only
+    where the fingerprints take longer than the I/O they overlap."""
 
     overlaps_guard: bool  # True
