@@ -110,8 +110,9 @@ def measure(stack: Stack, cfg: Config) -> dict:
                           f'time_seconds_total{{{job}}}[5m]))') if cfg.verify else None
     # The truth with the warm-up step too: a short run's 5m window holds part of it, so the
     # rules' ratios lie between the measured steps' truth and this one.
+        share_sum = one(f"sum(job_op:dpobs_operation_share:ratio_rate5m{{{job}}})")
     return {"ops": ops, "roles": roles, "frac": overall, "own": own, "guard": guard,
-            "with_warmup": whole, "samples": samples}
+            "with_warmup": whole, "samples": samples, "share_sum": share_sum}
 
 
 def _settle(stack: Stack, job: str, timeout: float = 120) -> float:

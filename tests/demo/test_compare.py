@@ -60,8 +60,11 @@ def _extrapolation(r) -> float:
 
 def test_shares_and_fractions_track_the_truth(results):
     for name, r in results.items():
+        assert r["share_sum"] == pytest.approx(1.0, abs=1e-6), name  # every op's, register's too
+        # register runs in the warm-up only: its share (3e-5 once, with 250 ms scrapes) is
+        # what the four measured ops leave.
         shares = [c["share"][0] for c in r["ops"].values()]
-        assert sum(shares) == pytest.approx(1.0, abs=1e-6), name
+        assert 1 - 1e-3 <= sum(shares) <= 1 + 1e-6, name
         whole, eps = r["with_warmup"], _extrapolation(r)
         assert eps < 0.25, (name, r["samples"])  # else the run is too short to judge
         for op, c in r["ops"].items():
