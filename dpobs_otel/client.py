@@ -8,6 +8,7 @@ from time import perf_counter
 from .occupancy import TAGS, UNSIZED, Occupancy
 from .sizing import encoded_size, field_nbytes, payload_nbytes
 
+
 class InstrumentedClient:
     def __init__(self, inner, tel):
         self._inner = inner

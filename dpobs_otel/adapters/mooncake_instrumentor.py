@@ -46,8 +46,7 @@ def _measured(name: str, op: str, reader, original, per_process: PerProcess):
         if accountant is None:
             return original(self, *args, **kwargs)
         bound = functools.partial(original, self)
-        return accountant._measured(op, reader, name, bound, args, kwargs)
-    measured.__dpobs_measured__ = True
+        return accountant.measure(op, reader, name, bound, args, kwargs)
     return measured
 
 

@@ -236,7 +236,7 @@ class InstrumentedMooncakeStore:
         op, reader = spec
 
         def measured(*args, **kwargs):
-            return self._measured(op, reader, name, attr, args, kwargs)
+            return self.measure(op, reader, name, attr, args, kwargs)
         measured.__name__ = name
         self.__dict__[name] = measured  # later lookups skip __getattr__
         return measured
@@ -248,7 +248,9 @@ class InstrumentedMooncakeStore:
     def inner(self):
         return self._store
 
-    def _measured(self, op, reader, name, fn, args, kwargs):
+    def measure(self, op, reader, name, fn, args, kwargs):
+        """fn(*args, **kwargs), one call of the store's `name`, timed and counted as `op`
+        (also MooncakeInstrumentor's, for the methods it patches on the class)."""
         acct = self._acct
         t1 = perf_counter()
         try:

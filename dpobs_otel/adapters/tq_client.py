@@ -15,8 +15,8 @@ get_meta hands back with the rows, so a claimed BatchMeta carries them to get_da
 
 Calls TransferQueue makes to these methods itself (its kv_* functions, its sync wrappers over
 the async methods), and the kv_* adapter's own calls, are not measured again: a call whose
-caller is a module of the transfer_queue package, or dpobs_otel/adapters/transferqueue.py,
-passes through.
+caller is a module of the transfer_queue package, or the kv_* adapter's transferqueue.py or
+tq_digests.py, passes through.
 
 A put without metadata: TransferQueue's put first asks the controller for insert metadata;
 here that lookup runs before the measured put (the rows' ids are needed up front), so the

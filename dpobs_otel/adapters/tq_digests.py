@@ -103,7 +103,8 @@ def put_with_digests(client, sample_ids, partition_id, fields, tags, data_parser
     """kv_batch_put's own steps (look the rows up, merge the tags, put) through a
     TransferQueueClient's public calls, so the digests merge with the rows' current tags.
     `pending`: a Future of the fields with digest columns (protocol.OverlapsGuard), awaited
-    after the lookup; else `fields` has them. Returns the put's KVBatchMeta, digests gone."""
+    after the lookup; else `fields` has them. Returns the put's KVBatchMeta; its tags still
+    hold the digests (the adapter's _clean_meta strips every put's)."""
     from transfer_queue.metadata import KVBatchMeta
 
     if fields.batch_size[0] != len(sample_ids):  # TransferQueue's checks, in its words
@@ -123,9 +124,8 @@ def put_with_digests(client, sample_ids, partition_id, fields, tags, data_parser
     if tags is not None:
         meta.update_custom_meta(tags)
     meta = client.put(fields, meta, data_parser=data_parser)
-    return KVBatchMeta(keys=sample_ids, tags=strip_digest_tags(meta.custom_meta, True),
-                       partition_id=partition_id, fields=meta.field_names,
-                       extra_info=meta.extra_info)
+    return KVBatchMeta(keys=sample_ids, tags=meta.custom_meta, partition_id=partition_id,
+                       fields=meta.field_names, extra_info=meta.extra_info)
 
 
 def _rewrite_overlaps(current, rows, name: str, keys: tuple, matrix: torch.Tensor) -> None:

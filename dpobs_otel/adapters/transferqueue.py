@@ -106,13 +106,13 @@ class TransferQueueDataPlane:
     def __repr__(self) -> str:
         return f"TransferQueueDataPlane({getattr(self._tq, '__name__', self._tq)!r})"
 
-    # `refused`: an argument check the adapter makes where TransferQueue makes it, before any
-    # I/O (InstrumentedTransferQueue); raised here, inside the measured call, so the refused
-    # call is timed and counted as an error like every other failed op.
     # protocol.OverlapsGuard: with the guard on, the rows are fingerprinted while the lookup
     # that starts every put (kv_retrieve_meta, a round trip) runs.
     overlaps_guard = True
 
+    # `refused`: an argument check the adapter makes where TransferQueue makes it, before any
+    # I/O (InstrumentedTransferQueue); raised here, inside the measured call, so the refused
+    # call is timed and counted as an error like every other failed op.
     def put_samples(self, sample_ids, partition_id, fields=None, tags=None, data_parser=None,
                     refused=None, pending_fields=None):
         if refused is not None:
@@ -374,13 +374,14 @@ def _one_row(fields):
 
 
 def _clean_meta(meta):
-    """A put's KVBatchMeta as the caller's data has it: no digest fields or tags."""
+    """A put's KVBatchMeta as the caller's data has it: no digest fields or tags. Its tag
+    dicts are TransferQueue's copies for this call alone, so they lose the entries in place."""
     fields = getattr(meta, "fields", None)
     if fields:
         meta.fields = [f for f in fields if not is_digest_field(f)]
     tags = getattr(meta, "tags", None)
     if tags:
-        meta.tags = strip_digest_tags(tags)
+        meta.tags = strip_digest_tags(tags, in_place=True)
     return meta
 
 

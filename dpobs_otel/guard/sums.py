@@ -8,8 +8,8 @@ CPU chunks. Each op works on at most CPU_CHUNK_WORDS words, just under torch's p
 size (32768 elements), so it runs on the thread that called it: no OpenMP barrier to stall on
 when the machine is busy (measured here: one 32768-word chunk loop that goes parallel on a
 loaded 2-core box took 200 ms instead of 12). Up to `_workers()` Python threads can share the
-chunks instead (torch releases the GIL inside every op); MAX_WORKERS says why that is one. Accelerators take a field in one
-chunk, with no host sync.
+chunks instead (torch releases the GIL inside every op); MAX_WORKERS says why that is one.
+Accelerators take a field in one chunk, with no host sync.
 """
 from __future__ import annotations
 
