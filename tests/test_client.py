@@ -7,7 +7,7 @@ import traceback
 import msgpack
 import pytest
 import torch
-from conftest import scrape, value
+from helpers import scrape, value
 from tensordict import NonTensorData, TensorDict
 
 import dpobs_otel as dpobs

@@ -17,7 +17,7 @@ import socket
 import subprocess
 
 import pytest
-from conftest import IN_CI, network_isolation
+from helpers import IN_CI, network_isolation
 
 # Documentation (TEST-NET-1), the cloud metadata service Ray probes, a public resolver.
 OFF_MACHINE = [("192.0.2.1", 80), ("169.254.169.254", 80), ("8.8.8.8", 53)]

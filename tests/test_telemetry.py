@@ -8,7 +8,7 @@ import urllib.request
 
 import pytest
 import torch
-from conftest import scrape, value
+from helpers import scrape, value
 from tensordict import TensorDict
 
 import dpobs_otel as dpobs

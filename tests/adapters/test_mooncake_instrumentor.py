@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 import torch
-from conftest import scrape, value
+from helpers import scrape, value
 from prometheus_client.parser import text_string_to_metric_families
 from tensordict import TensorDict
 

@@ -10,7 +10,7 @@ import os
 import msgpack
 import pytest
 import torch
-from conftest import scrape, value
+from helpers import scrape, value
 from tensordict import NonTensorData, TensorDict
 
 from mooncake_harness import (BYTES, ERRORS, KEYS, LOOPBACK, OPS, MooncakeDataPlane, N,

@@ -15,7 +15,7 @@ import msgpack
 import pytest
 import torch
 import transfer_queue as tq
-from conftest import scrape, value
+from helpers import scrape, value
 from tensordict import NonTensorStack, TensorDict
 from tq_fixtures import BYTES, KEYS, MISSING, OPS, T, cluster, make_tel  # noqa: F401
 from dpobs_otel.adapters.tq_local import call

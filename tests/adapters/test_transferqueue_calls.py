@@ -10,7 +10,7 @@ import logging
 import pytest
 import torch
 import transfer_queue as tq
-from conftest import scrape, value
+from helpers import scrape, value
 from tensordict import TensorDict
 from tq_fixtures import MISSING, OPS, T, cluster, make_tel  # noqa: F401
 from dpobs_otel.adapters.tq_local import call

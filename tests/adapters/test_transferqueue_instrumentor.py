@@ -20,7 +20,7 @@ import pytest
 import ray
 import torch
 import transfer_queue as tq
-from conftest import scrape, value
+from helpers import scrape, value
 from tensordict import TensorDict
 from tq_fixtures import BYTES, KEYS, OPS, T, cluster  # noqa: F401
 from dpobs_otel.adapters.tq_local import LOOPBACK_ENV, call

@@ -11,7 +11,7 @@ import sys
 import types
 
 import transfer_queue as tq
-from conftest import scrape, value
+from helpers import scrape, value
 from tensordict import TensorDict
 from tq_fixtures import T, cluster  # noqa: F401
 from dpobs_otel.adapters.tq_local import call

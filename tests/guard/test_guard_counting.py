@@ -242,7 +242,7 @@ def test_bare_guard_digests_not_requested_and_internal_failure(bare):
 
 
 def test_mismatched_series_exists_at_zero_once_a_field_is_checked():
-    from conftest import scrape, value
+    from helpers import scrape, value
     tel = dpobs.start(role="zero", verify_tensor_hash=True)
     try:
         c = tel.instrument(dpobs.InMemoryDataPlane())
