@@ -16,7 +16,10 @@ import pickle
 
 import msgpack
 import torch
+
 from tensordict import NonTensorData, NonTensorStack, TensorDictBase
+
+from . import nested
 
 try:  # the jagged layout's tensor subclass; absent on very old torch
     from torch.nested._internal.nested_tensor import NestedTensor as _Jagged
@@ -43,9 +46,9 @@ def _jagged_nbytes(t) -> int:
     # the values buffer answers in well under a microsecond. The buffer may view a larger
     # allocation (torch.nested.narrow sets _lengths; slicing leaves offsets[0] > 0), so the
     # row span comes from the offsets, never from the buffer's length.
-    values = t._values
-    lengths = t._lengths
-    rows = int(lengths.sum()) if lengths is not None else _offsets_span(t._offsets)
+    values = nested.values(t)
+    lengths = nested.lengths(t)
+    rows = int(lengths.sum()) if lengths is not None else _offsets_span(nested.offsets(t))
     per_row = values.element_size()
     for d in values.shape[1:]:
         per_row *= d

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tensordict import NonTensorData, NonTensorStack, TensorDict
 
-from dpobs_otel import sizing
+from dpobs_otel import nested, sizing
 from dpobs_otel.sizing import encoded_size, payload_nbytes, tensor_nbytes
 
 DTYPES = [torch.float32, torch.bfloat16, torch.bool, torch.int64, torch.float8_e4m3fn,
@@ -51,8 +51,8 @@ def test_jagged_views_of_a_larger_buffer():
     base = torch.arange(40).reshape(4, 10)
     narrow = torch.nested.narrow(base, 1, torch.tensor([0, 2, 1, 0]), torch.tensor([2, 3, 1, 4]),
                                  layout=torch.jagged)
-    assert narrow._lengths is not None
-    assert tensor_nbytes(narrow) == (2 + 3 + 1 + 4) * 8 == narrow.contiguous()._values.nbytes
+    assert nested.lengths(narrow) is not None
+    assert tensor_nbytes(narrow) == (2 + 3 + 1 + 4) * 8 == nested.values(narrow.contiguous()).nbytes
 
 
 NONTENSOR = ["", "a" * 31, "b" * 32, "c" * 300, "ünïcødé ✓ 漢字", "x" * 70000, 0, 127, 128, 255,

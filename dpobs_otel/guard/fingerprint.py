@@ -17,6 +17,7 @@ from typing import Sequence
 
 import torch
 
+from .. import nested
 from .reference import G, M32, field_salt, id_salt_prefix
 from .sums import sums_dense, sums_flat
 
@@ -92,9 +93,9 @@ def _relaid_words(values, offsets, unit, esize):
 
 def _jagged_words(nt: torch.Tensor):
     """(words, word offsets, per-row leading lengths, inner shape) of a jagged nested tensor."""
-    values, offsets = nt._values, nt._offsets
+    values, offsets = nested.values(nt), nested.offsets(nt)
     inner = tuple(values.shape[1:])
-    if nt._ragged_idx != 1 or nt._lengths is not None:
+    if not nested.tiles_values(nt):
         rows = nt.unbind()
         if rows:
             inner = tuple(rows[0].shape[1:])
@@ -157,9 +158,9 @@ def _uniform_dense(nt: torch.Tensor) -> torch.Tensor | None:
     values, else None. Its digests are the same (the salt holds only the shape past the
     leading dim, the leading length enters through G either way), and the dense kernel is far
     faster: stores such as TransferQueue hand dense fields back jagged."""
-    if nt._ragged_idx != 1 or nt._lengths is not None:
+    if not nested.tiles_values(nt):
         return None
-    off = nt._offsets
+    off = nested.offsets(nt)
     n = off.shape[0] - 1
     if n <= 0:
         return None
@@ -168,7 +169,7 @@ def _uniform_dense(nt: torch.Tensor) -> torch.Tensor | None:
     if length == 0 or not bool((lead == length).all()):
         return None
     start = int(off[0])
-    values = nt._values
+    values = nested.values(nt)
     return values[start:start + n * length].reshape(n, length, *values.shape[1:])
 
 

@@ -28,6 +28,7 @@ from typing import Callable
 
 import torch
 
+from .. import nested
 from .columns import (NONTENSOR_SENTINEL, UNRECORDED_SENTINEL, digest_name, field_key,
                       is_digest_field, is_non_tensor, is_tensordict, label, leaves,
                       other_version_fields, strip_digests)
@@ -308,10 +309,7 @@ def _row_lengths(value: torch.Tensor, rows: list[int]) -> list:
     try:
         if value.is_nested:
             if value.layout == torch.jagged:
-                lengths = value._lengths
-                if lengths is None:
-                    lengths = value._offsets.diff()
-                lengths = lengths.tolist()
+                lengths = nested.row_lengths(value).tolist()
                 return [lengths[i] for i in rows]
             return [value[i].shape[0] if value[i].dim() else 1 for i in rows]
         return [value.shape[1] if value.dim() > 1 else 1] * len(rows)

@@ -4,7 +4,10 @@ into per-row columns, which fields a read returns, and a column put back togethe
 from __future__ import annotations
 
 import torch
+
 from tensordict import NonTensorData, NonTensorStack, TensorDictBase
+
+from .. import nested
 
 Key = tuple[str, ...]  # a field name, nested keys flattened to a path
 
@@ -42,7 +45,7 @@ def split_columns(td: TensorDictBase, prefix: Key = ()) -> dict[Key, list]:
         elif isinstance(v, TensorDictBase):
             out.update(split_columns(v, key))
         elif v.is_nested:
-            if v._lengths is not None:  # a narrowed view: gather each row's own span
+            if nested.lengths(v) is not None:  # a narrowed view: gather each row's own span
                 out[key] = [r.clone() for r in v.unbind()]
             else:
                 off = v.offsets()

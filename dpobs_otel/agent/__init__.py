@@ -1,0 +1,1 @@
+"""`dpobs agent`: the per-node sidecar's config and the Prometheus agent process it runs."""
