@@ -1,0 +1,57 @@
+"""One small workload that makes a process export every series dpobs has: each op, a step, a
+codec block, a failing op, a read of rows written without the guard, a guard that raises, and
+a store that hands back something other than a TensorDict."""
+from __future__ import annotations
+
+import contextlib
+import urllib.request
+
+import torch
+from tensordict import TensorDict
+
+import dpobs_otel as dpobs
+from dpobs_otel.guard import hooks
+
+
+class _Odd(dpobs.InMemoryDataPlane):
+    """A store whose list answers with a generator: sized as nothing, counted as the client's
+    instrumentation error, handed back untouched."""
+
+    def list_sample_ids(self, partition_id):
+        return iter(super().list_sample_ids(partition_id))
+
+
+def _raising(*_a, **_k):
+    raise RuntimeError("planted guard failure")
+
+
+def exercise(tel) -> None:
+    store = _Odd()
+    client = tel.instrument(store)
+    ids = [f"s{i}" for i in range(4)]
+    td = TensorDict({"x": torch.arange(32).reshape(4, 8),
+                     "c": torch.zeros(4, 2, dtype=torch.complex64)}, batch_size=[4])
+    td["meta"] = "text"
+    with tel.step():
+        with tel.codec("pack"):
+            pass
+        client.put_samples(ids, "p0", td)
+        client.get_samples(ids, "p0", ["x", "c"])
+        client.list_sample_ids("p0")
+        store.put_samples(["raw"], "p0", td[:1])  # written around dpobs: unverified on read
+        client.get_samples(["raw"], "p0", ["x"])
+        client.clear_samples(ids, "p0")
+    with contextlib.suppress(KeyError):
+        client.get_samples(["absent"], "no-such-partition", ["x"])
+    original = hooks.field_digests
+    hooks.field_digests = _raising
+    try:
+        client.put_samples(["g"], "p1", td[:1])
+    finally:
+        hooks.field_digests = original
+
+
+def series_names(tel) -> set[str]:
+    text = urllib.request.urlopen(f"http://{tel.endpoint}/metrics", timeout=10).read().decode()
+    return {line.split("{")[0].split(" ")[0] for line in text.splitlines()
+            if line and not line.startswith("#")}
