@@ -1,10 +1,13 @@
-"""Every name the contract pins, in one place: instruments, units, buckets, ops.
-
-The Prometheus series are what opentelemetry-exporter-prometheus derives from these
-(dots -> underscores, unit suffix, `_total` on counters); shared/DESIGN.md lists both.
+"""Every name the contract pins (shared/DESIGN.md), each spelled once: the OpenTelemetry
+instruments, the Prometheus series they become, the recording rules, the alerts, and the
+labels that identify a process. Everything else imports them from here, so a name changed
+here changes in the rules, alerts, dashboards, `dpobs top`, `dpobs compare` and the report
+alike; tests/test_names.py fails on a copy spelled out anywhere else.
 """
 
+# -- OpenTelemetry instruments ------------------------------------------------------------
 OP_DURATION = "dpobs.client.operation.duration"
+OP_DURATION_NATIVE = "dpobs.client.operation.duration.native"  # its exponential View
 OP_ERRORS = "dpobs.client.operation.errors"
 TRANSFERRED = "dpobs.client.transferred"
 KEYS = "dpobs.client.keys"
@@ -12,6 +15,10 @@ ROWS_MISSING = "dpobs.client.rows.missing"
 OUTSTANDING_SIZE = "dpobs.client.outstanding.size"
 OUTSTANDING_KEYS = "dpobs.client.outstanding.keys"
 STEP_DURATION = "dpobs.step.duration"
+STEP_BUSY = "dpobs.step.data_plane.busy"
+STEP_EXPOSED = "dpobs.step.data_plane.exposed"
+ROW_AGE = "dpobs.client.row.age"
+ROWS_UNSTAMPED = "dpobs.client.rows.unstamped"
 CODEC_DURATION = "dpobs.codec.duration"
 INSTR_TIME = "dpobs.instrumentation.time"
 INSTR_ERRORS = "dpobs.instrumentation.errors"
@@ -22,6 +29,113 @@ GUARD_UNVERIFIED = "dpobs.guard.rows.unverified"
 GUARD_SKIPPED = "dpobs.guard.fields.skipped"
 GUARD_FAILURES = "dpobs.guard.failures"
 
+
+# -- Prometheus series --------------------------------------------------------------------
+# Derived, not spelled again: tests/test_names.py checks the derivation against a real
+# /metrics scrape, so an exporter that names things differently fails there first.
+_UNIT_WORDS = {"s": "seconds", "By": "bytes"}  # the exporter's map_unit; {row} etc. add none
+
+
+def series(instrument: str, unit: str, counter: bool = False) -> str:
+    """The series opentelemetry-exporter-prometheus serves for an instrument: dots become
+    underscores, the unit's word is appended, and a monotonic counter ends in `_total`.
+    A histogram's series add `_bucket`, `_sum` and `_count` to this name."""
+    name = instrument.replace(".", "_")
+    word = _UNIT_WORDS.get(unit, "")
+    if word and not name.endswith("_" + word):
+        name += "_" + word
+    return name + "_total" if counter else name
+
+
+OP_DURATION_SERIES = series(OP_DURATION, "s")
+OP_DURATION_NATIVE_SERIES = series(OP_DURATION_NATIVE, "s")
+OP_ERRORS_SERIES = series(OP_ERRORS, "{error}", counter=True)
+TRANSFERRED_SERIES = series(TRANSFERRED, "By", counter=True)
+KEYS_SERIES = series(KEYS, "{key}", counter=True)
+ROWS_MISSING_SERIES = series(ROWS_MISSING, "{row}", counter=True)
+OUTSTANDING_SIZE_SERIES = series(OUTSTANDING_SIZE, "By")  # an UpDownCounter: a gauge
+OUTSTANDING_KEYS_SERIES = series(OUTSTANDING_KEYS, "{key}")
+STEP_DURATION_SERIES = series(STEP_DURATION, "s")
+STEP_BUSY_SERIES = series(STEP_BUSY, "s", counter=True)
+STEP_EXPOSED_SERIES = series(STEP_EXPOSED, "s", counter=True)
+ROW_AGE_SERIES = series(ROW_AGE, "s")
+ROWS_UNSTAMPED_SERIES = series(ROWS_UNSTAMPED, "{row}", counter=True)
+CODEC_DURATION_SERIES = series(CODEC_DURATION, "s")
+INSTR_TIME_SERIES = series(INSTR_TIME, "s", counter=True)
+INSTR_ERRORS_SERIES = series(INSTR_ERRORS, "{error}", counter=True)
+GUARD_RECORDED_SERIES = series(GUARD_RECORDED, "{row}", counter=True)
+GUARD_CHECKED_SERIES = series(GUARD_CHECKED, "{row}", counter=True)
+GUARD_MISMATCHED_SERIES = series(GUARD_MISMATCHED, "{row}", counter=True)
+GUARD_UNVERIFIED_SERIES = series(GUARD_UNVERIFIED, "{row}", counter=True)
+GUARD_SKIPPED_SERIES = series(GUARD_SKIPPED, "{field}", counter=True)
+GUARD_FAILURES_SERIES = series(GUARD_FAILURES, "{error}", counter=True)
+
+
+# -- The process identity -----------------------------------------------------------------
+# Two processes on different nodes may publish the same host:port, so instance alone does
+# not name a process (DESIGN.md "Cluster deployment"); the agent adds node, file_sd adds
+# job, role and rank. Per-process rules group by exactly these.
+PROCESS_IDENTITY = ("job", "node", "instance", "role", "rank")
+
+
+# -- Recording rules (level:metric:operations; DESIGN.md "Recording rules") ---------------
+# Spelled out rather than assembled, so a grep for a name a dashboard shows lands here.
+JOB_ROLE_OP_SECONDS = "job_role_op:dpobs_client_operation_duration_seconds:rate5m"
+JOB_OP_SECONDS = "job_op:dpobs_client_operation_duration_seconds:rate5m"
+JOB_SECONDS = "job:dpobs_client_operation_duration_seconds:rate5m"
+JOB_STEP_SECONDS = "job:dpobs_step_duration_seconds:rate5m"
+# Fractions of step time: data-plane (op-seconds), busy and exposed wall time.
+JOB_FRAC_OF_STEP = "job:dpobs_frac_of_step:ratio_rate5m"
+INSTANCE_FRAC_OF_STEP = "instance:dpobs_frac_of_step:ratio_rate5m"
+JOB_MAX_FRAC_OF_STEP = "job:dpobs_frac_of_step:max_ratio_rate5m"
+JOB_BUSY_FRAC_OF_STEP = "job:dpobs_busy_frac_of_step:ratio_rate5m"
+INSTANCE_BUSY_FRAC_OF_STEP = "instance:dpobs_busy_frac_of_step:ratio_rate5m"
+JOB_EXPOSED_FRAC_OF_STEP = "job:dpobs_exposed_frac_of_step:ratio_rate5m"
+INSTANCE_EXPOSED_FRAC_OF_STEP = "instance:dpobs_exposed_frac_of_step:ratio_rate5m"
+JOB_MAX_EXPOSED_FRAC_OF_STEP = "job:dpobs_exposed_frac_of_step:max_ratio_rate5m"
+# Per op: share, rate, latency.
+JOB_OP_SHARE = "job_op:dpobs_operation_share:ratio_rate5m"
+JOB_OP_RATE = "job_op:dpobs_client_operations:rate5m"
+JOB_OP_MEAN = "job_op:dpobs_client_operation_duration_seconds:mean_rate5m"
+JOB_OP_QUANTILE = "job_op:dpobs_client_operation_duration_seconds:quantile_rate5m"
+JOB_OP_NATIVE_QUANTILE = "job_op:dpobs_client_operation_duration_native_seconds:quantile_rate5m"
+INSTANCE_OP_MEAN = "instance_op:dpobs_client_operation_duration_seconds:mean_rate5m"
+# Not pinned: the bucket rates the three quantiles share (recorded once, most of their cost).
+JOB_OP_LE_BUCKETS = "job_op_le:dpobs_client_operation_duration_seconds_bucket:rate5m"
+QUANTILES = ("0.5", "0.9", "0.99")  # values of the quantile label
+# Row age.
+JOB_OP_ROW_AGE_MEAN = "job_op:dpobs_client_row_age_seconds:mean_rate5m"
+JOB_OP_ROW_AGE_QUANTILE = "job_op:dpobs_client_row_age_seconds:quantile_rate5m"
+ROW_AGE_QUANTILES = ("0.5", "0.99")
+# Volume, errors, occupancy, cost.
+JOB_OP_DIRECTION_BYTES = "job_op_direction:dpobs_client_transferred_bytes:rate5m"
+JOB_OP_ERROR_RATIO = "job_op:dpobs_client_operation_errors_per_operations:ratio_rate5m"
+JOB_OUTSTANDING_BYTES = "job:dpobs_client_outstanding_size_bytes:sum"
+JOB_STAGE_CODEC_SECONDS = "job_stage:dpobs_codec_duration_seconds:rate5m"
+JOB_OVERHEAD_RATIO = "job:dpobs_instrumentation_time_per_operation_time:ratio_rate5m"
+# Wire guard.
+JOB_GUARD_CHECKED = "job:dpobs_guard_rows_checked:increase5m"
+JOB_GUARD_MISMATCHED = "job:dpobs_guard_rows_mismatched:increase5m"
+# Not pinned: when each node's agent last delivered (DpobsAgentDown reads it).
+NODE_AGENT_LAST_SAMPLE = "node:dpobs_agent_last_sample_timestamp_seconds:max"
+
+
+# -- Alerts (CamelCase, Dpobs prefix; runbook anchors are the lowercased names) ----------
+ALERT_WIRE_HASH_MISMATCH = "DpobsWireHashMismatch"
+ALERT_GUARD_ALL_MISMATCHED = "DpobsWireGuardAllRowsMismatched"
+ALERT_GUARD_FAILING = "DpobsWireGuardFailing"
+ALERT_GUARD_BLIND = "DpobsWireGuardBlind"
+ALERT_DOMINATES_STEP = "DpobsDataPlaneDominatesStep"
+ALERT_STRAGGLER = "DpobsDataPlaneStraggler"
+ALERT_OPERATION_ERRORS = "DpobsOperationErrors"
+ALERT_OUTSTANDING_GROWING = "DpobsOutstandingBytesGrowing"
+ALERT_TARGET_DOWN = "DpobsTargetDown"
+ALERT_AGENT_DOWN = "DpobsAgentDown"
+ALERT_OVERHEAD_HIGH = "DpobsInstrumentationOverheadHigh"
+ALERT_INSTRUMENTATION_ERRORS = "DpobsInstrumentationErrors"
+
+
+# -- Buckets, ops, stages -----------------------------------------------------------------
 # Fixed bounds (seconds) so histograms add across processes.
 OP_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
               0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
