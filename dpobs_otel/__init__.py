@@ -7,7 +7,7 @@
 import importlib
 from typing import TYPE_CHECKING
 
-__version__ = "0.1.0"
+from .version import __version__
 
 # Resolved on first use, so `dpobs dashboards` or `dpobs kubernetes` never import torch.
 _LAZY = {

@@ -14,7 +14,7 @@ from . import names
 from .config import Settings
 from .stats import Stats
 from .stepmetrics import StepMetrics
-from . import __version__
+from .version import __version__
 
 log = logging.getLogger("dpobs_otel")
 
