@@ -5,8 +5,7 @@ and waits for them, or, for a store that overlaps them with its own I/O
 (protocol.OverlapsGuard), does not wait until the store needs the digests. Each helper limits
 OpenMP to one thread *for itself* (an OpenMP setting is per calling thread; the caller's and
 everyone else's stay as they were), so the kernels' ops can be SERIAL_FACTOR times larger
-without ever going parallel: on the 2-core box the four fields of benchmarks/guard.py took
-17.0 ms on such a thread against 22.8 ms on one with two OpenMP threads.
+without ever going parallel, which is faster even on two cores (docs/performance.md).
 
 Tensors on an accelerator are fingerprinted on the calling thread: there the hooks run on
 the caller's current stream, ordered after the kernels that wrote the tensors.

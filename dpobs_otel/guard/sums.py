@@ -6,8 +6,7 @@ reference.py specifies; no unsigned tensor is ever created, so the same code run
 
 CPU chunks. Each op works on at most CPU_CHUNK_WORDS words, just under torch's parallel grain
 size (32768 elements), so it runs on the thread that called it: no OpenMP barrier to stall on
-when the machine is busy (measured here: one 32768-word chunk loop that goes parallel on a
-loaded 2-core box took 200 ms instead of 12). Up to `_workers()` Python threads can share the
+when the machine is busy (docs/performance.md, "The wire guard", has the figure). Up to `_workers()` Python threads can share the
 chunks instead (torch releases the GIL inside every op); MAX_WORKERS says why that is one.
 Accelerators take a field in one chunk, with no host sync.
 """
@@ -26,17 +25,16 @@ CPU_CHUNK_WORDS = 511 * BLOCK  # 32704: under the grain size, a whole number of 
 # With one intra-op thread no op can go parallel: chunks this many times larger (512 KB) cut
 # the per-op dispatch cost while staying in L2.
 SERIAL_FACTOR = 4
-# Python threads sharing a field's chunks. One: on the 2-core development box two workers
-# took 42.6 ms for the 100 MB batch's four fields against 23.8 ms for one (torch 2.13, two
-# intra-op threads, an idle machine): each chunk's ops are short, and handing the GIL back
-# and forth between them cost more than the second core gave. Raise it where cores are many
-# and chunks long; the tests run the shared-chunk path with several.
+# Python threads sharing a field's chunks. One: each chunk's ops are short, and handing the
+# GIL back and forth between two workers cost more than the second core gave (measured in
+# docs/performance.md). Raise it where cores are many and chunks long; the tests run the
+# shared-chunk path with several.
 MAX_WORKERS = 1
 MAX_TABLES = 256  # short power tables kept (per base, length and device)
 # Positions per piece of the row-boundary lookups on the CPU: each piece's (positions, 64)
 # ops then stay under the grain size, like the chunks. (The gather itself never goes
-# parallel: torch loops over a 1-D gather's index serially. Pieces of 64 positions, as
-# before, cost 0.4 ms instead of 0.1 for 257 boundaries: per-op overhead, 5 times over.)
+# parallel: torch loops over a 1-D gather's index serially. Smaller pieces pay the per-op
+# overhead many times over: docs/performance.md.)
 GATHER_ROWS = CPU_CHUNK_WORDS // BLOCK
 _LOW = 1 << 15  # positions split into 15-bit halves for the two-level power tables
 _LOW_MASK = _LOW - 1
@@ -285,7 +283,7 @@ def _prefix_at_once(words, prefix, p):
     t = torch.arange(BLOCK, device=p.device)
     # Multiplying by a 0/1 mask, and clamping the indices, cost a fraction of torch.where.
     keep = (t < (p - start)[:, None]).to(torch.int32)
-    if words.numel():  # gather: getitem and index_select measured 7-100x slower here
+    if words.numel():  # gather: getitem and index_select are far slower here
         idx = (start[:, None] + t).clamp_max_(words.numel() - 1)
         g = torch.gather(words, 0, idx.reshape(-1)).view(idx.shape)
     else:
