@@ -10,10 +10,9 @@ import torch
 from tensordict import NonTensorStack, TensorDict
 
 from dpobs_otel.guard import DIGEST_PREFIX
-from guard_helpers import (GUARD_LOG, IDS, N, TENSOR_FIELDS, _all_rows, _flip_bits, _swap,
+from helpers.guard import (GUARD_LOG, IDS, N, TENSOR_FIELDS, _all_rows, _flip_bits, _swap,
                            _swap_rows, _whole_row, batch, by_field, metrics, mismatch_records,
                            total)
-from guard_helpers import guarded  # noqa: F401  (a fixture)
 
 
 EVERY_FIELD = TENSOR_FIELDS

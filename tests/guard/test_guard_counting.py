@@ -13,9 +13,8 @@ from tensordict import TensorDict
 import dpobs_otel as dpobs
 from dpobs_otel.guard import hooks
 from dpobs_otel.guard import DIGEST_PREFIX, WireGuard, digest_name
-from guard_helpers import (GUARD_LOG, IDS, N, TENSOR_FIELDS, batch, by_field, metrics,
+from helpers.guard import (GUARD_LOG, IDS, N, TENSOR_FIELDS, batch, by_field, metrics,
                            mismatch_records, total)
-from guard_helpers import guarded  # noqa: F401  (a fixture)
 
 
 # --------------------------------------------------------------------------- declining paths

@@ -1,14 +1,12 @@
-"""Shared pieces of the guard tests: a guarded client on the reference store, the scrape
-helpers, and the 8-row batch every test corrupts or reads."""
+"""Shared pieces of the guard tests: reading the guard's counters, its mismatch log lines,
+and the 8-row batch every test corrupts or reads (the guarded client is a fixture in
+tests/guard/conftest.py)."""
 from __future__ import annotations
 
 import logging
 
-import pytest
 import torch
 from tensordict import NonTensorStack, TensorDict
-
-import dpobs_otel as dpobs
 
 GUARD_LOG = "dpobs_otel.guard"
 
@@ -31,15 +29,6 @@ def total(m, name, **labels) -> float:
 
 def by_field(m, name) -> dict[str, float]:
     return {dict(lab)["field"]: v for (n, lab), v in m.items() if n == name and v}
-
-
-@pytest.fixture
-def guarded(monkeypatch):
-    monkeypatch.delenv("DPOBS_VERIFY_TENSOR_HASH", raising=False)
-    tel = dpobs.start(role="guard-test", rank=0, port=0, verify_tensor_hash=True)
-    store = dpobs.InMemoryDataPlane()
-    yield tel, tel.instrument(store), store
-    tel.shutdown()
 
 
 def mismatch_records(caplog) -> list[tuple[str, str, int]]:
