@@ -9,6 +9,7 @@ without that, a single corrupted row or guard failure would never alert.
 """
 from __future__ import annotations
 
+from .. import names as n
 from .config import Config
 from .render import Group, Rule, rule_file
 
@@ -32,33 +33,34 @@ def _any_event(c: Config, metric: str, window: str) -> str:
 
 
 def _guard(c: Config) -> list[Rule]:
-    blind = (f"(\n  sum {c.by('job')} (increase({c.sel('dpobs_guard_rows_recorded_total')}[30m])) > 0\n"
-             f"    or\n  sum {c.by('job')} (increase({c.sel('dpobs_guard_rows_unverified_total')}[30m])) > 0\n)\n"
-             f"unless {c.on('job')}\n"
-             f"(sum {c.by('job')} (increase({c.sel('dpobs_guard_rows_checked_total')}[30m])) > 0)\n")
+    def rows(metric: str) -> str:
+        return f"sum {c.by('job')} (increase({c.sel(metric)}[30m])) > 0"
+    blind = (f"(\n  {rows(n.GUARD_RECORDED_SERIES)}\n"
+             f"    or\n  {rows(n.GUARD_UNVERIFIED_SERIES)}\n)\n"
+             f"unless {c.on('job')}\n({rows(n.GUARD_CHECKED_SERIES)})\n")
     return [
-        _alert(c, "DpobsWireHashMismatch", "critical",
-               _any_event(c, "dpobs_guard_rows_mismatched_total", "5m"), None,
+        _alert(c, n.ALERT_WIRE_HASH_MISMATCH, "critical",
+               _any_event(c, n.GUARD_MISMATCHED_SERIES, "5m"), None,
                "Rows read from the data plane do not match the hash recorded when they were written.",
                "{{ $value | humanize }} row(s) of field {{ $labels.field }} read by " + PROC
                + " failed the wire hash check in the last 5m. Training may be consuming"
                " corrupted or mis-sharded data.",
                "No `for:`: one corrupted row already is an incident."),
-        _alert(c, "DpobsWireGuardAllRowsMismatched", "warning",
-               "job:dpobs_guard_rows_mismatched:increase5m >= job:dpobs_guard_rows_checked:increase5m\n"
-               "  and\njob:dpobs_guard_rows_checked:increase5m > 0\n", c.guard_all_mismatched_for,
+        _alert(c, n.ALERT_GUARD_ALL_MISMATCHED, "warning",
+               f"{n.JOB_GUARD_MISMATCHED} >= {n.JOB_GUARD_CHECKED}\n"
+               f"  and\n{n.JOB_GUARD_CHECKED} > 0\n", c.guard_all_mismatched_for,
                "Every row the wire guard checked mismatched; the guard itself is the likely fault.",
                "All {{ $value | humanize }} rows checked in job {{ $labels.job }} in the last 5m"
                " failed the hash check, and this has persisted. Compare writer and reader"
                " versions of dpobs-otel and torch before treating this as corruption.",
                "A guard bug (or writer and reader hashing differently) mismatches every row; real\n"
                "corruption rarely does for long. The long `for:` keeps one bad batch out of here."),
-        _alert(c, "DpobsWireGuardFailing", "warning",
-               _any_event(c, "dpobs_guard_failures_total", "10m"), c.guard_failing_for,
+        _alert(c, n.ALERT_GUARD_FAILING, "warning",
+               _any_event(c, n.GUARD_FAILURES_SERIES, "10m"), c.guard_failing_for,
                "The wire guard raised while hashing or checking rows; those rows are not verified.",
                "The wire guard in " + PROC + " raised {{ $labels.error_type }}"
                " {{ $value | humanize }} time(s) in the last 10m."),
-        _alert(c, "DpobsWireGuardBlind", "warning", blind, c.guard_blind_for,
+        _alert(c, n.ALERT_GUARD_BLIND, "warning", blind, c.guard_blind_for,
                "The wire guard is on but checks no rows.",
                "Job {{ $labels.job }} recorded hashes for (or read without one)"
                " {{ $value | humanize }} rows in the last 30m but checked none, so corruption"
@@ -73,11 +75,11 @@ def _query(expr: str, *args: str) -> str:
 
 
 def _dominates(c: Config, severity: str, threshold: float) -> Rule:
-    slowest = _query("job:dpobs_frac_of_step:max_ratio_rate5m{job=%q}", "$labels.job")
-    top_op = _query("topk(1, job_op:dpobs_operation_share:ratio_rate5m{job=%q})", "$labels.job")
+    slowest = _query(n.JOB_MAX_FRAC_OF_STEP + "{job=%q}", "$labels.job")
+    top_op = _query(f"topk(1, {n.JOB_OP_SHARE}" + "{job=%q})", "$labels.job")
     return _alert(
-        c, "DpobsDataPlaneDominatesStep", severity,
-        f"job:dpobs_frac_of_step:ratio_rate5m > {threshold:g}", c.frac_of_step_for,
+        c, n.ALERT_DOMINATES_STEP, severity,
+        f"{n.JOB_FRAC_OF_STEP} > {threshold:g}", c.frac_of_step_for,
         "The data plane takes a large share of training step time.",
         "Job {{ $labels.job }} spends {{ $value | humanizePercentage }} of its step time in"
         " data-plane calls; the slowest process is at {{ with " + slowest + " }}"
@@ -87,11 +89,10 @@ def _dominates(c: Config, severity: str, threshold: float) -> Rule:
 
 
 def _errors(c: Config, severity: str, threshold: float, for_: str) -> Rule:
-    top = _query("topk(1, sum by (error_type) (rate(dpobs_client_operation_errors_total"
+    top = _query(f"topk(1, sum by (error_type) (rate({n.OP_ERRORS_SERIES}"
                  "{job=%q,op=%q}[5m])))", "$labels.job", "$labels.op")
     return _alert(
-        c, "DpobsOperationErrors", severity,
-        f"job_op:dpobs_client_operation_errors_per_operations:ratio_rate5m > {threshold:g}",
+        c, n.ALERT_OPERATION_ERRORS, severity, f"{n.JOB_OP_ERROR_RATIO} > {threshold:g}",
         for_, "Data-plane calls are failing.",
         "{{ $value | humanizePercentage }} of {{ $labels.op }} calls in job {{ $labels.job }}"
         " failed over the last 5m, most often with {{ with " + top
@@ -99,15 +100,15 @@ def _errors(c: Config, severity: str, threshold: float, for_: str) -> Rule:
 
 
 def _data_plane(c: Config) -> list[Rule]:
-    outstanding = _query("job:dpobs_client_outstanding_size_bytes:sum{job=%q}", "$labels.job")
+    outstanding = _query(n.JOB_OUTSTANDING_BYTES + "{job=%q}", "$labels.job")
     return [
         _dominates(c, "warning", c.frac_of_step_warning),
         _dominates(c, "critical", c.frac_of_step_critical),
         _errors(c, "warning", c.error_ratio_warning, c.error_ratio_warning_for),
         _errors(c, "critical", c.error_ratio_critical, c.error_ratio_critical_for),
-        _alert(c, "DpobsOutstandingBytesGrowing", "warning",
-               "deriv(job:dpobs_client_outstanding_size_bytes:sum[1h]) > 0\n  and\n"
-               f"job:dpobs_client_outstanding_size_bytes:sum > {c.outstanding_bytes_floor}\n",
+        _alert(c, n.ALERT_OUTSTANDING_GROWING, "warning",
+               f"deriv({n.JOB_OUTSTANDING_BYTES}[1h]) > 0\n  and\n"
+               f"{n.JOB_OUTSTANDING_BYTES} > {c.outstanding_bytes_floor}\n",
                c.outstanding_for,
                "Bytes held in the data plane keep growing; something puts without clearing.",
                "Outstanding bytes in job {{ $labels.job }} keep rising, by"
@@ -120,7 +121,7 @@ def _data_plane(c: Config) -> list[Rule]:
 
 def _targets(c: Config) -> list[Rule]:
     return [_alert(
-        c, "DpobsTargetDown", "warning", c.sel("up", 'role!=""') + " == 0", c.target_down_for,
+        c, n.ALERT_TARGET_DOWN, "warning", c.sel("up", 'role!=""') + " == 0", c.target_down_for,
         "A registered dpobs process cannot be scraped.",
         "Prometheus cannot scrape {{ $labels.role }} rank {{ $labels.rank }} at"
         " {{ $labels.instance }} (job {{ $labels.job }}). Its file_sd entry is still present,"
@@ -130,13 +131,13 @@ def _targets(c: Config) -> list[Rule]:
 
 
 def _agent_down(c: Config) -> Rule:
-    from .rules import AGENT_LAST_SAMPLE
-    age, stale = f"time() - {AGENT_LAST_SAMPLE}", c.agent_stale_seconds
-    expr = (f"time() - max_over_time({AGENT_LAST_SAMPLE}[1h]) > {stale}\n"
+    last = n.NODE_AGENT_LAST_SAMPLE
+    age, stale = f"time() - {last}", c.agent_stale_seconds
+    expr = (f"time() - max_over_time({last}[1h]) > {stale}\n"
             f"  and {c.on()}\n"
             f"(count {c.by()} ({age} <= {stale}) > 0)\n")
     return _alert(
-        c, "DpobsAgentDown", "warning", expr, c.agent_down_for,
+        c, n.ALERT_AGENT_DOWN, "warning", expr, c.agent_down_for,
         "A node's dpobs agent stopped delivering samples.",
         "No sample from node {{ $labels.node }} has arrived for {{ $value | humanizeDuration }}"
         " while other nodes still deliver: its `dpobs agent` (or the node) is down, or cannot"
@@ -149,19 +150,18 @@ def _agent_down(c: Config) -> Rule:
 
 
 def _instrumentation(c: Config) -> list[Rule]:
-    top = _query("topk(1, sum by (component) (rate(dpobs_instrumentation_time_seconds_total"
+    top = _query(f"topk(1, sum by (component) (rate({n.INSTR_TIME_SERIES}"
                  "{job=%q}[5m])))", "$labels.job")
     return [
-        _alert(c, "DpobsInstrumentationOverheadHigh", "info",
-               "job:dpobs_instrumentation_time_per_operation_time:ratio_rate5m"
-               f" > {c.overhead_info:g}", c.overhead_for,
+        _alert(c, n.ALERT_OVERHEAD_HIGH, "info",
+               f"{n.JOB_OVERHEAD_RATIO} > {c.overhead_info:g}", c.overhead_for,
                "Instrumentation costs a noticeable share of data-plane time.",
                "Instrumentation in job {{ $labels.job }} takes {{ $value | humanizePercentage }}"
                " of data-plane time, mostly in component {{ with " + top
                + ' }}{{ . | first | label "component" }}{{ end }}.',
                threshold=f">{c.overhead_info:g}"),
-        _alert(c, "DpobsInstrumentationErrors", "warning",
-               _any_event(c, "dpobs_instrumentation_errors_total", "10m"),
+        _alert(c, n.ALERT_INSTRUMENTATION_ERRORS, "warning",
+               _any_event(c, n.INSTR_ERRORS_SERIES, "10m"),
                c.instrumentation_errors_for,
                "The instrumentation swallowed errors; some metrics are missing or wrong.",
                "Component {{ $labels.component }} in " + PROC + " swallowed"

@@ -3,6 +3,7 @@ Prometheus that agents remote-write into, and Alertmanager's routing. Each is a 
 rendered with the comments an operator needs beside it."""
 from __future__ import annotations
 
+from .. import names as n
 from .config import Config
 from .render import sections
 
@@ -58,8 +59,9 @@ def alertmanager_yml(c: Config) -> str:
                  {"matchers": ['severity="critical"'], "receiver": "page", "repeat_interval": "1h"},
                  {"matchers": ['severity="warning"'], "receiver": "ticket"},
                  {"matchers": ['severity="info"'], "receiver": "none"}]}}),
-        ("A warning and a critical of the same alert (DpobsDataPlaneDominatesStep,\n"
-         "DpobsOperationErrors) cover one problem: page once, do not also open a ticket. Only\n"
+        (f"A warning and a critical of the same alert ({n.ALERT_DOMINATES_STEP},\n"
+         f"{n.ALERT_OPERATION_ERRORS}) cover one problem: page once, do not also open a ticket."
+         " Only\n"
          "for the same op: errors on get must not hide a separate warning on put. Alerts\n"
          "without an op label match each other (both sides empty).",
          {"inhibit_rules": [{"source_matchers": ['severity="critical"'],

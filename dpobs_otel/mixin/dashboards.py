@@ -12,13 +12,14 @@ from grafana_foundation_sdk.builders import dashboard
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models.dashboard import DashboardCursorSync
 
+from .. import names as n
 from .config import DEFAULT, Config
 from .panels import (SECONDS_PER_SECOND, Query, dashboard_link, datasource_variable,
                      heatmap_panel, label_variable, row, stat_panel, table_panel, thresholds,
                      timeseries_panel)
 
 RI = "[$__rate_interval]"
-OP_SERIES = "dpobs_client_operation_duration_seconds"
+OP_SERIES = n.OP_DURATION_SERIES
 
 # Shared reading notes, said once and reused wherever they apply.
 OVERLAP = ("Data-plane time is measured around client calls; it can overlap compute when "
@@ -31,7 +32,7 @@ def _matchers(c: Config, *names: str) -> str:
     """`{job=~"$job", ...}`: one regex matcher per dashboard variable, led by the cluster
     variable when the Config has a cluster label."""
     names = ((c.cluster_label,) if c.cluster_label else ()) + names
-    return "{" + ", ".join(f'{n}=~"${n}"' for n in names) + "}"
+    return "{" + ", ".join(f'{label}=~"${label}"' for label in names) + "}"
 
 
 def _job(c: Config) -> str:
@@ -44,8 +45,8 @@ def _pct(x: float) -> str:
 
 def _frac_queries(c: Config) -> tuple[Query, ...]:
     """Cluster mean and the slowest process, on both frac_of_step panels."""
-    return (Query(f"job:dpobs_frac_of_step:ratio_rate5m{_job(c)}", "{{job}} mean"),
-            Query(f"job:dpobs_frac_of_step:max_ratio_rate5m{_job(c)}", "{{job}} slowest process"))
+    return (Query(f"{n.JOB_FRAC_OF_STEP}{_job(c)}", "{{job}} mean"),
+            Query(f"{n.JOB_MAX_FRAC_OF_STEP}{_job(c)}", "{{job}} slowest process"))
 
 
 def _frac_panels(c: Config) -> list:
@@ -55,7 +56,7 @@ def _frac_panels(c: Config) -> list:
         "Data-plane fraction of step (now)",
         "Data-plane time / step time over the last 5m: cluster mean and the slowest process. "
         f"Yellow at {_pct(c.frac_of_step_warning)}, red at {_pct(c.frac_of_step_critical)}, "
-        "as DpobsDataPlaneDominatesStep. " + OVERLAP,
+        f"as {n.ALERT_DOMINATES_STEP}. " + OVERLAP,
         "percentunit",
         *_frac_queries(c), steps=steps, width=8, height=8)
     over_time = timeseries_panel(
@@ -70,7 +71,7 @@ def _frac_panels(c: Config) -> list:
         "its node, instance and role: on a cluster two nodes may publish the same "
         "host:port, and they stay two rows. Drill down in dpobs-process.",
         "percentunit",
-        Query(f"instance:dpobs_frac_of_step:ratio_rate5m{_matchers(c, 'job', 'node')}",
+        Query(f"{n.INSTANCE_FRAC_OF_STEP}{_matchers(c, 'job', 'node')}",
               "{{node}} {{instance}} {{role}}"),
         ["job", "node", "instance", "role"])
     return [now, over_time, processes]
@@ -84,20 +85,20 @@ def _time_panels(c: Config) -> list:
         "processes and stacked by op (2 s/s = two processes busy all the time). "
         "Failed calls are included. " + OVERLAP,
         SECONDS_PER_SECOND,
-        Query(f"job_op:{OP_SERIES}:rate5m{sel}", "{{job}} {{op}}"), stacked=True,
+        Query(f"{n.JOB_OP_SECONDS}{sel}", "{{job}} {{op}}"), stacked=True,
         repeat="job")
     share = timeseries_panel(
         "Share of data-plane time by op",
         "Each op's fraction of all data-plane time; the stack always reaches 100%, so a "
         "growing share can mean the other ops got faster. Read it with the panel on the left.",
         "percentunit",
-        Query(f"job_op:dpobs_operation_share:ratio_rate5m{sel}", "{{job}} {{op}}"),
+        Query(f"{n.JOB_OP_SHARE}{sel}", "{{job}} {{op}}"),
         stacked=True, max_value=1, repeat="job")
     ops = timeseries_panel(
         "Operations per second",
         "Completed client calls per second by op, failed ones included. One call may move "
         "many keys, so compare with bytes per second before calling an op chatty.",
-        "ops", Query(f"job_op:dpobs_client_operations:rate5m{sel}", "{{job}} {{op}}"))
+        "ops", Query(f"{n.JOB_OP_RATE}{sel}", "{{job}} {{op}}"))
     return [by_op, share, ops]
 
 
@@ -109,8 +110,8 @@ def _latency_panels(c: Config) -> list:
         "as precise as the bucket they fall in; beyond 30 s they read as 30 s. The mean "
         "hides tails: trust p99 for stalls.",
         "s",
-        Query(f"job_op:{OP_SERIES}:quantile_rate5m{sel}", "{{job}} {{op}} p{{quantile}}"),
-        Query(f"job_op:{OP_SERIES}:mean_rate5m{sel}", "{{job}} {{op}} mean"),
+        Query(f"{n.JOB_OP_QUANTILE}{sel}", "{{job}} {{op}} p{{quantile}}"),
+        Query(f"{n.JOB_OP_MEAN}{sel}", "{{job}} {{op}} mean"),
         log_scale=True)
     heat = heatmap_panel(
         "Latency distribution (all ops)",
@@ -129,22 +130,22 @@ def _volume_panels(c: Config) -> list:
         "Bytes per second by op and direction",
         "Tensor payload (exact nbytes) plus msgpack size of other fields. " + VOLUME,
         "Bps",
-        Query(f"job_op_direction:dpobs_client_transferred_bytes:rate5m{sel}",
+        Query(f"{n.JOB_OP_DIRECTION_BYTES}{sel}",
               "{{job}} {{op}} {{direction}}"))
     outstanding = timeseries_panel(
         "Outstanding bytes",
         "Bytes written and not yet cleared, as the clients count them. A line that only "
-        "rises is a leak (DpobsOutstandingBytesGrowing); clears made outside the "
+        f"rises is a leak ({n.ALERT_OUTSTANDING_GROWING}); clears made outside the "
         "instrumented client are invisible here and look like one.",
-        "bytes", Query(f"job:dpobs_client_outstanding_size_bytes:sum{sel}", "{{job}}"))
+        "bytes", Query(f"{n.JOB_OUTSTANDING_BYTES}{sel}", "{{job}}"))
     errors = timeseries_panel(
         "Error ratio by op",
         "Failed calls / all calls over 5m: 0 when every call succeeded, no data when the "
         "op made no calls. "
         f"Alerts fire at {_pct(c.error_ratio_warning)} and {_pct(c.error_ratio_critical)} "
-        "(DpobsOperationErrors).",
+        f"({n.ALERT_OPERATION_ERRORS}).",
         "percentunit",
-        Query(f"job_op:dpobs_client_operation_errors_per_operations:ratio_rate5m{sel}",
+        Query(f"{n.JOB_OP_ERROR_RATIO}{sel}",
               "{{job}} {{op}}"))
     return [volume, outstanding, errors]
 
@@ -156,16 +157,16 @@ def _cost_panels(c: Config) -> list:
         "Seconds per second spent serializing outside the client (tel.codec blocks). It is "
         "not part of data-plane time, so a fast store can still stall on a slow codec.",
         SECONDS_PER_SECOND,
-        Query(f"job_stage:dpobs_codec_duration_seconds:rate5m{sel}", "{{job}} {{stage}}"),
+        Query(f"{n.JOB_STAGE_CODEC_SECONDS}{sel}", "{{job}} {{stage}}"),
         stacked=True, repeat="job")
     overhead = timeseries_panel(
         "Instrumentation overhead",
         "Time dpobs itself spends (measuring, hashing for the guard) as a fraction of "
         f"data-plane time. Above {_pct(c.overhead_info)} raises "
-        "DpobsInstrumentationOverheadHigh; the wire guard "
+        f"{n.ALERT_OVERHEAD_HIGH}; the wire guard "
         "is usually most of it.",
         "percentunit",
-        Query(f"job:dpobs_instrumentation_time_per_operation_time:ratio_rate5m{sel}",
+        Query(f"{n.JOB_OVERHEAD_RATIO}{sel}",
               "{{job}}"))
     return [codec, overhead]
 
@@ -189,20 +190,20 @@ def _guard_panels(c: Config) -> list:
     return [
         _guard_stat("Guard: rows checked (5m)",
                     "Rows whose hash was verified on read.",
-                    Query(f"job:dpobs_guard_rows_checked:increase5m{sel}", "{{job}}")),
+                    Query(f"{n.JOB_GUARD_CHECKED}{sel}", "{{job}}")),
         _guard_stat("Guard: rows unverified",
                     "Rows read with the guard on but no recorded hash to compare "
                     "(written before the guard, or by an unguarded process).",
-                    Query(_counted("dpobs_guard_rows_unverified_total", sel), "{{job}}")),
+                    Query(_counted(n.GUARD_UNVERIFIED_SERIES, sel), "{{job}}")),
         _guard_stat("Guard: fields skipped",
                     "Fields (not rows) the guard could not hash, by count over the "
                     "interval; see the reason label in Explore.",
-                    Query(_counted("dpobs_guard_fields_skipped_total", sel), "{{job}}")),
+                    Query(_counted(n.GUARD_SKIPPED_SERIES, sel), "{{job}}")),
         _guard_stat("Guard: rows mismatched (5m)",
                     "Rows whose bytes differ from what was written: corruption or "
-                    "mis-sharding (DpobsWireHashMismatch). Zero only means clean if rows "
+                    f"mis-sharding ({n.ALERT_WIRE_HASH_MISMATCH}). Zero only means clean if rows "
                     "checked is non-zero.",
-                    Query(f"job:dpobs_guard_rows_mismatched:increase5m{sel}", "{{job}}"),
+                    Query(f"{n.JOB_GUARD_MISMATCHED}{sel}", "{{job}}"),
                     color="red"),
     ]
 
@@ -212,7 +213,7 @@ def _variables(c: Config, d: dashboard.Dashboard, *names: str) -> dashboard.Dash
     (and by the Config's job selector)."""
     chain = ((c.cluster_label,) if c.cluster_label else ()) + names
     for i, name in enumerate(chain):
-        before = [f'{n}=~"${n}"' for n in chain[:i]]
+        before = [f'{label}=~"${label}"' for label in chain[:i]]
         query = f"label_values({c.sel(OP_SERIES + '_count', *before)}, {name})"
         d = d.with_variable(label_variable(name, query, name.capitalize()))
     return d
@@ -255,7 +256,7 @@ def process(c: Config = DEFAULT) -> dashboard.Dashboard:
         timeseries_panel(
             "Data-plane fraction of step", "This process's data-plane time / step time "
             "over 5m. " + OVERLAP, "percentunit",
-            Query(f"instance:dpobs_frac_of_step:ratio_rate5m{proc}", who)),
+            Query(f"{n.INSTANCE_FRAC_OF_STEP}{proc}", who)),
         timeseries_panel(
             "Data-plane time by op", "Seconds per second inside client calls, by op, "
             "failed calls included. " + OVERLAP, SECONDS_PER_SECOND,
@@ -272,14 +273,14 @@ def process(c: Config = DEFAULT) -> dashboard.Dashboard:
             "Bytes per second by op and direction", "This process's side only. " + VOLUME,
             "Bps",
             Query(f"sum by (node, role, instance, op, direction) "
-                  f"(rate(dpobs_client_transferred_bytes_total{proc}{RI}))",
+                  f"(rate({n.TRANSFERRED_SERIES}{proc}{RI}))",
                   who + " {{op}} {{direction}}")),
         timeseries_panel(
             "Outstanding bytes", "Bytes this process put minus bytes it cleared. Another "
             "process often clears them (then it goes negative there), so judge leaks on "
             "the overview's cluster sum.",
             "bytes", Query("sum by (node, role, instance) "
-                           f"(dpobs_client_outstanding_size_bytes{proc})", who)),
+                           f"({n.OUTSTANDING_SIZE_SERIES}{proc})", who)),
     ]
     return _layout(d, [("Per process", panels)])
 

@@ -10,14 +10,15 @@ Conventions:
 """
 from __future__ import annotations
 
+from .. import names as n
 from .config import Config
 from .render import Group, Rule, rule_file
 
-OP = "dpobs_client_operation_duration_seconds"
-QUANTILES = ("0.5", "0.9", "0.99")
-# The labels that name one process: two processes on different nodes may publish the same
-# host:port, so instance alone is not enough (DESIGN.md "Cluster deployment").
-PROCESS = ("job", "node", "instance", "role")
+OP = n.OP_DURATION_SERIES
+STEP = n.STEP_DURATION_SERIES
+# The per-process rules have grouped by the identity without rank since before names.py;
+# kept so this refactor generates byte-identical files.
+PROCESS = tuple(label for label in n.PROCESS_IDENTITY if label != "rank")
 
 
 def _rate(c: Config, metric: str, *labels: str, window: str = "5m") -> str:
@@ -32,70 +33,68 @@ def _born_or_increase(c: Config, metric: str, window: str) -> str:
 
 
 def _time_rules(c: Config) -> list[Rule]:
-    rec = [Rule({"record": f"job_role_op:{OP}:rate5m", "expr": _rate(c, f"{OP}_sum", "job", "role", "op")},
+    rec = [Rule({"record": n.JOB_ROLE_OP_SECONDS,
+                 "expr": _rate(c, f"{OP}_sum", "job", "role", "op")},
                 "Data-plane seconds spent per second of wall time (includes failed calls).")]
-    rec += [Rule({"record": f"job_op:{OP}:rate5m", "expr": _rate(c, f"{OP}_sum", "job", "op")}),
-            Rule({"record": f"job:{OP}:rate5m", "expr": _rate(c, f"{OP}_sum", "job")}),
-            Rule({"record": "job:dpobs_step_duration_seconds:rate5m",
-                  "expr": _rate(c, "dpobs_step_duration_seconds_sum", "job")})]
+    rec += [Rule({"record": n.JOB_OP_SECONDS, "expr": _rate(c, f"{OP}_sum", "job", "op")}),
+            Rule({"record": n.JOB_SECONDS, "expr": _rate(c, f"{OP}_sum", "job")}),
+            Rule({"record": n.JOB_STEP_SECONDS, "expr": _rate(c, f"{STEP}_sum", "job")})]
     return rec
 
 
 def _frac_rules(c: Config) -> list[Rule]:
     per_process = (f"{_rate(c, f'{OP}_sum', *PROCESS)}\n"
-                   f"  / ({_rate(c, 'dpobs_step_duration_seconds_sum', *PROCESS)} > 0)")
+                   f"  / ({_rate(c, f'{STEP}_sum', *PROCESS)} > 0)")
     return [
-        Rule({"record": "job:dpobs_frac_of_step:ratio_rate5m",
-              "expr": f"job:{OP}:rate5m\n  / (job:dpobs_step_duration_seconds:rate5m > 0)\n"},
+        Rule({"record": n.JOB_FRAC_OF_STEP,
+              "expr": f"{n.JOB_SECONDS}\n  / ({n.JOB_STEP_SECONDS} > 0)\n"},
              "Fraction of step time spent in the data plane."),
-        Rule({"record": "instance:dpobs_frac_of_step:ratio_rate5m", "expr": per_process + "\n"},
+        Rule({"record": n.INSTANCE_FRAC_OF_STEP, "expr": per_process + "\n"},
              "The same per process: one series per " + ", ".join(PROCESS) + "."),
-        Rule({"record": "job:dpobs_frac_of_step:max_ratio_rate5m",
-              "expr": f"max {c.by('job')} (instance:dpobs_frac_of_step:ratio_rate5m)"}),
-        Rule({"record": "job_op:dpobs_operation_share:ratio_rate5m",
-              "expr": f"job_op:{OP}:rate5m\n  / {c.on('job')} group_left ()\n"
-                      f"(job:{OP}:rate5m > 0)\n"}),
+        Rule({"record": n.JOB_MAX_FRAC_OF_STEP,
+              "expr": f"max {c.by('job')} ({n.INSTANCE_FRAC_OF_STEP})"}),
+        Rule({"record": n.JOB_OP_SHARE,
+              "expr": f"{n.JOB_OP_SECONDS}\n  / {c.on('job')} group_left ()\n"
+                      f"({n.JOB_SECONDS} > 0)\n"}),
     ]
 
 
 def _latency_rules(c: Config) -> list[Rule]:
-    out = [Rule({"record": "job_op:dpobs_client_operations:rate5m",
-                 "expr": _rate(c, f"{OP}_count", "job", "op")}),
-           Rule({"record": f"job_op:{OP}:mean_rate5m",
-                 "expr": f"job_op:{OP}:rate5m\n  / (job_op:dpobs_client_operations:rate5m > 0)\n"})]
-    buckets = f"job_op_le:{OP}_bucket:rate5m"
+    out = [Rule({"record": n.JOB_OP_RATE, "expr": _rate(c, f"{OP}_count", "job", "op")}),
+           Rule({"record": n.JOB_OP_MEAN,
+                 "expr": f"{n.JOB_OP_SECONDS}\n  / ({n.JOB_OP_RATE} > 0)\n"})]
+    buckets = n.JOB_OP_LE_BUCKETS
     out.append(Rule({"record": buckets, "expr": _rate(c, f"{OP}_bucket", "job", "op", "le")},
                     "Buckets add across processes because every process uses the same bounds.\n"
                     "Recorded once for the three quantiles below (it is most of their cost)."))
-    for i, q in enumerate(QUANTILES):
+    for i, q in enumerate(n.QUANTILES):
         why = "histogram_quantile is NaN without observations; `and` drops those." if i == 0 else ""
         out.append(Rule({
-            "record": f"job_op:{OP}:quantile_rate5m",
+            "record": n.JOB_OP_QUANTILE,
             "expr": f"histogram_quantile({q}, {buckets})\n"
-                    f"  and {c.on('job', 'op')} (job_op:dpobs_client_operations:rate5m > 0)\n",
+                    f"  and {c.on('job', 'op')} ({n.JOB_OP_RATE} > 0)\n",
             "labels": {"quantile": q}}, why))
     return out
 
 
 def _volume_rules(c: Config) -> list[Rule]:
-    errors = (f"(\n  {_rate(c, 'dpobs_client_operation_errors_total', 'job', 'op')}\n"
-              f"    or job_op:dpobs_client_operations:rate5m * 0\n)\n"
-              f"  / (job_op:dpobs_client_operations:rate5m > 0)\n")
+    errors = (f"(\n  {_rate(c, n.OP_ERRORS_SERIES, 'job', 'op')}\n"
+              f"    or {n.JOB_OP_RATE} * 0\n)\n"
+              f"  / ({n.JOB_OP_RATE} > 0)\n")
     return [
-        Rule({"record": "job_op_direction:dpobs_client_transferred_bytes:rate5m",
-              "expr": _rate(c, "dpobs_client_transferred_bytes_total", "job", "op", "direction")}),
-        Rule({"record": "job_op:dpobs_client_operation_errors_per_operations:ratio_rate5m",
-              "expr": errors},
+        Rule({"record": n.JOB_OP_DIRECTION_BYTES,
+              "expr": _rate(c, n.TRANSFERRED_SERIES, "job", "op", "direction")}),
+        Rule({"record": n.JOB_OP_ERROR_RATIO, "expr": errors},
              "The errors counter only exists after a first error; `or ... * 0` reports 0 for ops\n"
              "that ran cleanly rather than no data."),
-        Rule({"record": "job:dpobs_client_outstanding_size_bytes:sum",
-              "expr": f"sum {c.by('job')} ({c.sel('dpobs_client_outstanding_size_bytes')})"},
+        Rule({"record": n.JOB_OUTSTANDING_BYTES,
+              "expr": f"sum {c.by('job')} ({c.sel(n.OUTSTANDING_SIZE_SERIES)})"},
              "Occupancy of the store as this job sees it: what every process holds, summed."),
-        Rule({"record": "job_stage:dpobs_codec_duration_seconds:rate5m",
-              "expr": _rate(c, "dpobs_codec_duration_seconds_sum", "job", "stage")}),
-        Rule({"record": "job:dpobs_instrumentation_time_per_operation_time:ratio_rate5m",
-              "expr": f"{_rate(c, 'dpobs_instrumentation_time_seconds_total', 'job')}\n"
-                      f"  / (job:{OP}:rate5m > 0)\n"}),
+        Rule({"record": n.JOB_STAGE_CODEC_SECONDS,
+              "expr": _rate(c, f"{n.CODEC_DURATION_SERIES}_sum", "job", "stage")}),
+        Rule({"record": n.JOB_OVERHEAD_RATIO,
+              "expr": f"{_rate(c, n.INSTR_TIME_SERIES, 'job')}\n"
+                      f"  / ({n.JOB_SECONDS} > 0)\n"}),
     ]
 
 
@@ -104,28 +103,23 @@ def _guard_rules(c: Config) -> list[Rule]:
         body = _born_or_increase(c, metric, "5m").replace("\n", "\n  ")
         return f"sum {c.by('job')} (\n  {body}\n)"
     return [
-        Rule({"record": "job:dpobs_guard_rows_checked:increase5m",
-              "expr": counted("dpobs_guard_rows_checked_total") + "\n"},
+        Rule({"record": n.JOB_GUARD_CHECKED, "expr": counted(n.GUARD_CHECKED_SERIES) + "\n"},
              "Wire guard. A counter is born at its first increment (value >= 1) and increase()\n"
              "needs two samples, so a series first seen in the window counts its whole value;\n"
              "otherwise a single corrupted row would never show up."),
-        Rule({"record": "job:dpobs_guard_rows_mismatched:increase5m",
-              "expr": counted("dpobs_guard_rows_mismatched_total")
-              + "\n  or job:dpobs_guard_rows_checked:increase5m * 0\n"}),
+        Rule({"record": n.JOB_GUARD_MISMATCHED,
+              "expr": f"{counted(n.GUARD_MISMATCHED_SERIES)}\n  or {n.JOB_GUARD_CHECKED} * 0\n"}),
     ]
-
-
-AGENT_LAST_SAMPLE = "node:dpobs_agent_last_sample_timestamp_seconds:max"
 
 
 def _agent_rules(c: Config) -> list[Rule]:
     up = c.sel("up", 'node!=""')
     return [Rule(
-        {"record": AGENT_LAST_SAMPLE, "expr": f"max {c.by('node')} (timestamp({up}))"},
+        {"record": n.NODE_AGENT_LAST_SAMPLE, "expr": f"max {c.by('node')} (timestamp({up}))"},
         "Cluster: when each node's agent last delivered a sample (every series an agent sends\n"
         "carries `node`, its own `up` included). A killed agent writes no staleness markers,\n"
         "so its series stay visible for 5m; their sample timestamps tell the truth, and\n"
-        "DpobsAgentDown reads this over a longer window than the lookback.")]
+        f"{n.ALERT_AGENT_DOWN} reads this over a longer window than the lookback.")]
 
 
 def recording_groups(c: Config) -> list[Group]:
