@@ -22,6 +22,9 @@ import argparse
 import sys
 import time
 
+from ..names import (INSTANCE_FRAC_OF_STEP, INSTR_TIME_SERIES, JOB_FRAC_OF_STEP,
+                     JOB_OP_DIRECTION_BYTES, JOB_OP_MEAN, JOB_OP_QUANTILE, JOB_OP_RATE,
+                     JOB_OP_SHARE, JOB_OVERHEAD_RATIO, OP_DURATION_SERIES)
 from .backends import BACKENDS, available
 from .batches import Config
 from .progress import Progress
@@ -81,36 +84,32 @@ def measure(stack: Stack, cfg: Config) -> dict:
             sel = f'{{{job},op="{op}"}}'
             nbytes = sum(n for (o, _), n in truth["bytes"].items() if o == op)
             ops[op] = {
-                "calls": (one(f"sum(dpobs_client_operation_duration_seconds_count{sel})"),
+                "calls": (one(f"sum({OP_DURATION_SERIES}_count{sel})"),
                           len(counted["ops"][op])),
-                "mean ms": (1e3 * one(f"job_op:dpobs_client_operation_duration_seconds:"
-                                      f"mean_rate5m{sel}"), 1e3 * d.total / len(d)),
+                "mean ms": (1e3 * one(f"{JOB_OP_MEAN}{sel}"), 1e3 * d.total / len(d)),
                 "p50 ms": (_q(one, sel, "0.5"), 1e3 * quantile(d, 0.5)),
                 "p99 ms": (_q(one, sel, "0.99"), 1e3 * quantile(d, 0.99)),
-                "bytes/call": (one(f"sum by (job, op) (job_op_direction:dpobs_client_"
-                                   f"transferred_bytes:rate5m{sel}) / job_op:dpobs_client_"
-                                   f"operations:rate5m{sel}"), nbytes / len(d)),
-                "share": (one(f"job_op:dpobs_operation_share:ratio_rate5m{sel}"),
-                          shares.get(op, 0.0)),
+                "bytes/call": (one(f"sum by (job, op) ({JOB_OP_DIRECTION_BYTES}{sel})"
+                                   f" / {JOB_OP_RATE}{sel}"), nbytes / len(d)),
+                "share": (one(f"{JOB_OP_SHARE}{sel}"), shares.get(op, 0.0)),
             }
         roles, whole = {}, {"share": op_shares(counted), "roles": {}}
         for role in sorted({r for r, _ in res.truth}):
             t = merge(v for (r, _), v in res.truth.items() if r == role)
-            roles[role] = (one(f'avg(instance:dpobs_frac_of_step:ratio_rate5m'
-                               f'{{{job},role="{role}"}})'), frac_of_step(t))
+            roles[role] = (one(f'avg({INSTANCE_FRAC_OF_STEP}{{{job},role="{role}"}})'),
+                           frac_of_step(t))
             whole["roles"][role] = frac_of_step(merge(
                 v for (r, _), v in [*res.warm.items(), *res.truth.items()] if r == role))
-        overall = (one(f"job:dpobs_frac_of_step:ratio_rate5m{{{job}}}"), frac_of_step(truth))
-        own = one(f"job:dpobs_instrumentation_time_per_operation_time:ratio_rate5m{{{job}}}")
+        overall = (one(f"{JOB_FRAC_OF_STEP}{{{job}}}"), frac_of_step(truth))
+        own = one(f"{JOB_OVERHEAD_RATIO}{{{job}}}")
         # The guard's part of that own time, both rates from one query: dividing by the
         # recorded op rate instead mixed two evaluation instants, and a short run's moving
         # window then put the guard above the whole it belongs to (0.2292 > 0.2274 once).
-        guard = own * one(f'sum(rate(dpobs_instrumentation_time_seconds_total{{{job},'
-                          f'component="guard"}}[5m])) / sum(rate(dpobs_instrumentation_'
-                          f'time_seconds_total{{{job}}}[5m]))') if cfg.verify else None
+        guard = own * one(f'sum(rate({INSTR_TIME_SERIES}{{{job},component="guard"}}[5m]))'
+                          f' / sum(rate({INSTR_TIME_SERIES}{{{job}}}[5m]))') if cfg.verify else None
     # The truth with the warm-up step too: a short run's 5m window holds part of it, so the
     # rules' ratios lie between the measured steps' truth and this one.
-        share_sum = one(f"sum(job_op:dpobs_operation_share:ratio_rate5m{{{job}}})")
+        share_sum = one(f"sum({JOB_OP_SHARE}{{{job}}})")
     return {"ops": ops, "roles": roles, "frac": overall, "own": own, "guard": guard,
             "with_warmup": whole, "samples": samples, "share_sum": share_sum}
 
@@ -118,7 +117,7 @@ def measure(stack: Stack, cfg: Config) -> dict:
 def _settle(stack: Stack, job: str, timeout: float = 120) -> float:
     """Wait until every op series of `job` has SETTLE samples in the rules' window, then for
     an evaluation after that; the fewest samples any has (SETTLE or more)."""
-    expr = f"min(count_over_time(dpobs_client_operation_duration_seconds_count{{{job}}}[5m]))"
+    expr = f"min(count_over_time({OP_DURATION_SERIES}_count{{{job}}}[5m]))"
     deadline = time.monotonic() + timeout
     while True:
         r = stack.query(expr)
@@ -134,7 +133,7 @@ def _settle(stack: Stack, job: str, timeout: float = 120) -> float:
 
 def _q(one, sel: str, q: str) -> float:
     sel = sel[:-1] + f',quantile="{q}"}}'
-    return 1e3 * one(f"job_op:dpobs_client_operation_duration_seconds:quantile_rate5m{sel}")
+    return 1e3 * one(f"{JOB_OP_QUANTILE}{sel}")
 
 
 def _cell(pair, fmt: str) -> str:

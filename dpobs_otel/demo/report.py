@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from .. import names as nm
 from ..cluster import ClusterView, text as cluster_text
 from .progress import Progress
 from .stack import Stack, binaries
@@ -183,14 +184,14 @@ def metric_ops(samples) -> dict[str, dict]:
         if op is None or not name.startswith("dpobs_client_"):
             continue
         o = ops.setdefault(op, {"calls": 0, "seconds": 0.0, "buckets": {}, "bytes": 0})
-        if name == "dpobs_client_operation_duration_seconds_count":
+        if name == f"{nm.OP_DURATION_SERIES}_count":
             o["calls"] += value
-        elif name == "dpobs_client_operation_duration_seconds_sum":
+        elif name == f"{nm.OP_DURATION_SERIES}_sum":
             o["seconds"] += value
-        elif name == "dpobs_client_operation_duration_seconds_bucket":
+        elif name == f"{nm.OP_DURATION_SERIES}_bucket":
             le = float(labels["le"])
             o["buckets"][le] = o["buckets"].get(le, 0) + value
-        elif name == "dpobs_client_transferred_bytes_total":
+        elif name == nm.TRANSFERRED_SERIES:
             o["bytes"] += value
     return ops
 
@@ -239,15 +240,15 @@ def report(res: Result, stack: Stack | None, cfg: Config) -> str:
     prom = {}
     if stack is not None:
         prom = {r["metric"].get("instance"): r["value"]
-                for r in stack.query("instance:dpobs_frac_of_step:ratio_rate5m")}
+                for r in stack.query(nm.INSTANCE_FRAC_OF_STEP)}
     lines.append("\nProcesses, worst first: fraction of step time in the data plane "
                  "(every step | measured steps, the ones Prometheus rates)")
     lines.append(f"  {'process':<12}{'instance':<22}{'steps':>6}{'step s':>8}{'truth':>9}"
                  f"{'metrics':>9}  |{'truth':>8}{'prometheus':>12}")
     for k in sorted(keys, key=lambda k: -frac_of_step(res.total(k))):
         t, s = res.total(k), res.scraped[k]
-        step_m = metric_sum(s, "dpobs_step_duration_seconds_sum")
-        dp_m = metric_sum(s, "dpobs_client_operation_duration_seconds_sum")
+        step_m = metric_sum(s, f"{nm.STEP_DURATION_SERIES}_sum")
+        dp_m = metric_sum(s, f"{nm.OP_DURATION_SERIES}_sum")
         p = prom.get(res.info[k]["instance"])
         lines.append(f"  {k[0] + ' ' + str(k[1]):<12}{res.info[k]['instance']:<22}"
                      f"{t['steps']:>6}{t['step_s']:>8.1f}{frac_of_step(t):>9.1%}"
@@ -270,17 +271,17 @@ def _oprow(op, source, calls, seconds, qs, nbytes, share) -> str:
             f"{share:>8.1%}")
 
 
-GUARD = ("recorded", "checked", "mismatched", "unverified")
+GUARD = {"recorded": nm.GUARD_RECORDED_SERIES, "checked": nm.GUARD_CHECKED_SERIES,
+         "mismatched": nm.GUARD_MISMATCHED_SERIES, "unverified": nm.GUARD_UNVERIFIED_SERIES,
+         "fields skipped": nm.GUARD_SKIPPED_SERIES, "failures": nm.GUARD_FAILURES_SERIES}
 
 
 def _guard_line(samples, cfg: Config) -> str:
     if not cfg.verify:
         return "\nWire guard: off (--verify-tensor-hash turns it on)"
-    counts = {g: metric_sum(samples, f"dpobs_guard_rows_{g}_total") for g in GUARD}
-    counts["fields skipped"] = metric_sum(samples, "dpobs_guard_fields_skipped_total")
-    counts["failures"] = metric_sum(samples, "dpobs_guard_failures_total")
+    counts = {what: metric_sum(samples, series) for what, series in GUARD.items()}
     bad = sorted({lab.get("field", "?") for n, lab, v in samples
-                  if n == "dpobs_guard_rows_mismatched_total" and v > 0})
+                  if n == nm.GUARD_MISMATCHED_SERIES and v > 0})
     return ("\nWire guard rows: " + ", ".join(f"{k} {int(v)}" for k, v in counts.items())
             + (f"  (mismatched field: {', '.join(bad)})" if bad else ""))
 
@@ -296,24 +297,21 @@ def _prometheus_lines(stack: Stack, measured: dict) -> list[str]:
     def row(label, value, truth, fmt="{:.4f}"):
         lines.append(f"  {label:<72}{fmt.format(value):>12}{fmt.format(truth):>12}")
 
-    row("job:dpobs_frac_of_step:ratio_rate5m", one("job:dpobs_frac_of_step:ratio_rate5m"),
-        frac_of_step(measured))
+    row(nm.JOB_FRAC_OF_STEP, one(nm.JOB_FRAC_OF_STEP), frac_of_step(measured))
     shares = op_shares(measured)
     for op in sorted(shares, key=lambda o: -shares[o]):
-        row(f'job_op:dpobs_operation_share:ratio_rate5m{{op="{op}"}}',
-            one(f'job_op:dpobs_operation_share:ratio_rate5m{{op="{op}"}}'), shares[op])
+        share = f'{nm.JOB_OP_SHARE}{{op="{op}"}}'
+        row(share, one(share), shares[op])
         d = measured["ops"][op]
         for q in ("0.5", "0.99"):
             row(f'..:quantile_rate5m{{op="{op}",quantile="{q}"}} (ms, bucketed)',
-                1e3 * one(f'job_op:dpobs_client_operation_duration_seconds:quantile_rate5m'
-                          f'{{op="{op}",quantile="{q}"}}'), 1e3 * quantile(d, float(q)),
-                "{:.2f}")
+                1e3 * one(f'{nm.JOB_OP_QUANTILE}{{op="{op}",quantile="{q}"}}'),
+                1e3 * quantile(d, float(q)), "{:.2f}")
     for (op, direction), n in sorted(measured["bytes"].items()):
         calls = len(measured["ops"].get(op, ()))
         sel = f'{{op="{op}",direction="{direction}"}}'
-        per_call = one(f"job_op_direction:dpobs_client_transferred_bytes:rate5m{sel}"
-                       f" / ignoring(direction) job_op:dpobs_client_operations:rate5m"
-                       f'{{op="{op}"}}')
+        per_call = one(f"{nm.JOB_OP_DIRECTION_BYTES}{sel}"
+                       f' / ignoring(direction) {nm.JOB_OP_RATE}{{op="{op}"}}')
         row(f"bytes per {op} call, {direction} (transferred_bytes:rate5m / operations:rate5m)",
             per_call, n / calls if calls else float("nan"), "{:.0f}")
     alerts = [_alert(a["labels"]) for a in stack.alerts()]

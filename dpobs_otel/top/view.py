@@ -12,10 +12,13 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from ..names import PROCESS_IDENTITY
 from .model import Answers
 
 UNITS = ("B", "kB", "MB", "GB", "TB")
 DASH = "-"
+# An alert's labels worth a column of text: which process, and which op or field.
+ALERT_LABELS = frozenset((*PROCESS_IDENTITY, "op", "field"))
 SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 
 
@@ -120,7 +123,7 @@ def alerts_text(a: Answers) -> Text:
     out = Text("Alerts firing:\n", style="bold")
     for al in a.alerts:
         where = " ".join(f"{k}={v}" for k, v in sorted(al.labels.items())
-                         if k in ("job", "role", "rank", "instance", "op", "field", "node"))
+                         if k in ALERT_LABELS)
         out.append(f"  {al.name}", style=SEVERITY_STYLE.get(al.severity, "bold"))
         out.append(f" {al.severity} {where}".rstrip() + (f": {al.summary}" if al.summary
                                                           else "") + "\n")
