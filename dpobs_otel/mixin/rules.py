@@ -16,9 +16,7 @@ from .render import Group, Rule, rule_file
 
 OP = n.OP_DURATION_SERIES
 STEP = n.STEP_DURATION_SERIES
-# The per-process rules have grouped by the identity without rank since before names.py;
-# kept so this refactor generates byte-identical files.
-PROCESS = tuple(label for label in n.PROCESS_IDENTITY if label != "rank")
+PROCESS = n.PROCESS_IDENTITY  # per-process rules keep one series per process
 
 
 def _rate(c: Config, metric: str, *labels: str, window: str = "5m") -> str:
