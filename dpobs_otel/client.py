@@ -6,7 +6,7 @@ from functools import partial
 from time import perf_counter
 
 from .occupancy import TAGS, UNSIZED, Occupancy
-from .sizing import encoded_size, field_nbytes, payload_nbytes
+from .sizing import encoded_size, field_nbytes, is_payload, payload_nbytes
 
 
 class InstrumentedClient:
@@ -150,6 +150,23 @@ class InstrumentedClient:
             self.record_failure(op, exc, perf_counter() - t1)
             raise
         t2 = perf_counter()
+        if (guard is not None or self._returned_ids is not None) and is_payload(result):
+            # Only a TensorDict is checked: anything else goes back untouched.
+            result = self._checked(fn, partition_id, kwargs, sample_ids, select_fields,
+                                   result, added, mixed)
+        t3 = perf_counter()
+        nbytes, missing = self._read_size(result, sample_ids)
+        try:
+            self.record_op(op, t2 - t1, len(sample_ids), read=nbytes, missing=missing,
+                           overhead=t1 - t0 if guard is None else 0.0, t_end=t3)
+        except Exception as exc:
+            self._tel.internal_error("client", exc)
+        return result
+
+    def _checked(self, fn, partition_id, kwargs, sample_ids, select_fields, result, added,
+                 mixed):
+        """A read's TensorDict after the guard: ids aligned, digests recovered and checked."""
+        guard = self._guard
         ids = sample_ids
         if self._returned_ids is not None:
             ids = self._aligned_ids(sample_ids, partition_id, result)
@@ -163,7 +180,16 @@ class InstrumentedClient:
                                     guard.after_get, None, ids, partition_id, result,
                                     select_fields, added or select_fields is None,
                                     where=result)
-        t3 = perf_counter()
+        return result
+
+    def _read_size(self, result, sample_ids) -> tuple[int, int]:
+        """(bytes, rows missing) of a read; never raises. A result that is not a TensorDict
+        (None, a dict, a list, a generator) is never iterated: 0 bytes, nothing missing, and
+        one error of component=client, since the store broke the protocol."""
+        if not is_payload(result):
+            self._tel.internal_error("client", TypeError(
+                f"read returned {type(result).__name__}, not a TensorDict"))
+            return 0, 0
         try:  # bytes in a guard of their own (see _sized), inlined on the hot path
             nbytes = payload_nbytes(result)
         except Exception as exc:
@@ -171,12 +197,10 @@ class InstrumentedClient:
             nbytes = 0
         try:
             n = len(sample_ids)
-            got = len(result) if result.batch_dims else n
-            self.record_op(op, t2 - t1, n, read=nbytes, missing=max(n - got, 0),
-                       overhead=t1 - t0 if guard is None else 0.0, t_end=t3)
+            return nbytes, max(n - len(result), 0) if result.batch_dims else 0
         except Exception as exc:
             self._tel.internal_error("client", exc)
-        return result
+            return nbytes, 0
 
     def _aligned_ids(self, sample_ids, partition_id, result):
         """A read returned fewer rows than ids: ask the inner which ids they are, so the guard
@@ -204,8 +228,7 @@ class InstrumentedClient:
             self.record_failure(op, exc, perf_counter() - t1)
             raise
         t2 = perf_counter()
-        read = (self._sized(0, payload_nbytes, result)
-                if read_result and hasattr(result, "items") else 0)
+        read = self._sized(0, payload_nbytes, result) if read_result else 0
         try:
             keys = len(result) if isinstance(result, (list, tuple, set, dict)) else 0
             self.record_op(op, t2 - t1, keys, read=read, t_end=t2)

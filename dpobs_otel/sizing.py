@@ -17,7 +17,7 @@ import pickle
 import msgpack
 import torch
 
-from tensordict import NonTensorData, NonTensorStack, TensorDictBase
+from tensordict import NonTensorData, NonTensorStack, TensorDict, TensorDictBase
 
 from . import nested
 
@@ -67,9 +67,16 @@ def _offsets_span(off: torch.Tensor) -> int:
     return int(off[-1] - off[0])  # e.g. on CUDA: one device-to-host read, unavoidable
 
 
+def is_payload(obj) -> bool:
+    """A TensorDict: the only thing sizing walks. Anything else (None, a dict, a list, a
+    generator) is never iterated, so a generator handed to dpobs reaches its caller unspent."""
+    return type(obj) is TensorDict or isinstance(obj, TensorDictBase)
+
+
 def payload_nbytes(td) -> int:
-    """Bytes of a TensorDict payload: tensor leaves plus non-tensor leaves, in one walk."""
-    if td is None:
+    """Bytes of a TensorDict payload: tensor leaves plus non-tensor leaves, in one walk;
+    0 for anything that is not a TensorDict (is_payload)."""
+    if not is_payload(td):
         return 0
     total = 0
     for _, v in td.items():
@@ -85,8 +92,9 @@ def payload_nbytes(td) -> int:
 
 def field_nbytes(td) -> dict[str, int]:
     """{top-level field: bytes} of a TensorDict payload (a nested TensorDict is one field):
-    what occupancy needs to replace a field's bytes when a put overwrites it."""
-    if td is None:
+    what occupancy needs to replace a field's bytes when a put overwrites it; {} for anything
+    that is not a TensorDict."""
+    if not is_payload(td):
         return {}
     out = {}
     for k, v in td.items():

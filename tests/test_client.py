@@ -472,3 +472,90 @@ def test_a_forked_child_runs_guard_work_on_threads_of_its_own():
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+# -- an op is counted whatever the store hands back or raises --------------------------
+def _gen():
+    yield "first"
+    yield "second"
+
+
+RETURNS = {"none": lambda: None, "dict": lambda: {"x": torch.ones(2)},
+           "list": lambda: [torch.ones(2), torch.ones(2)], "generator": _gen}
+
+
+class _Returns:
+    """A store whose reads hand back whatever it was given, the same object every time."""
+
+    def __init__(self, result):
+        self.result = result
+
+    def get_samples(self, ids, pid, select=None):
+        return self.result
+
+    get_data = get_samples
+
+
+def _counted_once(tel, op, keys):
+    s = scrape(tel)
+    assert value(s, OPS, op=op) == 1
+    assert value(s, "dpobs_client_operation_duration_seconds_sum", op=op) >= 0
+    assert value(s, KEYS, op=op) == keys
+    assert value(s, BYTES, op=op, direction="read") == 0
+    assert value(s, "dpobs_client_rows_missing_total", op=op) == 0
+    assert value(s, "dpobs_instrumentation_errors_total", component="client") == 1
+    assert not any(name == "dpobs_client_operation_errors_total" for name, _ in s)
+    assert tel.step_metrics()[f"dpobs/op/{op}/calls"] == 1
+
+
+@pytest.mark.parametrize("op", ["get", "get_data"])
+@pytest.mark.parametrize("kind", RETURNS)
+def test_a_read_that_returns_no_tensordict_is_timed_counted_and_untouched(tel, kind, op):
+    returned = RETURNS[kind]()
+    c = tel.instrument(_Returns(returned))
+    read = c.get_samples if op == "get" else c.get_data
+    assert read(["a", "b", "c"], "p") is returned  # the caller's object, not a copy
+    if kind == "generator":
+        assert next(returned) == "first", "dpobs consumed the store's generator"
+    _counted_once(tel, op, keys=3)
+
+
+def test_a_guarded_read_that_returns_none_is_counted_and_untouched(guarded_tel):
+    c = guarded_tel.instrument(_Returns(None))
+    assert c.get_samples(["a"], "p") is None
+    _counted_once(guarded_tel, "get", keys=1)
+    s = scrape(guarded_tel)
+    assert value(s, "dpobs_instrumentation_errors_total", component="guard") is None
+
+
+class _Raises:
+    def __init__(self, exc):
+        self.exc = exc
+
+    def put_samples(self, *a, **k):
+        raise self.exc
+
+    get_samples = get_data = clear_samples = list_sample_ids = put_samples
+
+
+class StoreDown(ConnectionError):
+    """An exception class of the store's own: counted by its own name."""
+
+
+@pytest.mark.parametrize("exc", [KeyError("k"), ValueError("v"), StoreDown("down"),
+                                 KeyboardInterrupt()], ids=lambda e: type(e).__name__)
+def test_a_failing_store_raises_its_own_error_on_every_op(tel, exc):
+    c = tel.instrument(_Raises(exc))
+    calls = [lambda: c.put_samples(["a"], "p", None), lambda: c.get_samples(["a"], "p"),
+             lambda: c.get_data(["a"], "p"), lambda: c.clear_samples(["a"], "p"),
+             lambda: c.list_sample_ids("p")]
+    for call in calls:
+        with pytest.raises(type(exc)) as info:
+            call()
+        assert info.value is exc
+    s = scrape(tel)
+    for op in ("put", "get", "get_data", "clear", "list"):
+        assert value(s, OPS, op=op) == 1
+        assert value(s, "dpobs_client_operation_errors_total", op=op,
+                     error_type=type(exc).__name__) == 1
+    assert value(s, "dpobs_instrumentation_errors_total", component="client") is None

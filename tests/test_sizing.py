@@ -235,3 +235,16 @@ def test_random_tensordicts_exact(lengths, dtype, width):
         td["j"] = nt
         truth += sum(lengths) * dense.element_size()
     assert payload_nbytes(td) == truth
+
+
+@pytest.mark.parametrize("kind", ["none", "dict", "list", "generator"])
+def test_what_is_not_a_tensordict_is_never_walked(kind):
+    def gen():
+        yield torch.ones(4)
+    handed = {"none": None, "dict": {"x": torch.ones(4)}, "list": [torch.ones(4)],
+              "generator": gen()}[kind]
+    assert not sizing.is_payload(handed)
+    assert payload_nbytes(handed) == 0 and sizing.field_nbytes(handed) == {}
+    if kind == "generator":
+        assert torch.equal(next(handed), torch.ones(4))  # still unspent
+    assert sizing.is_payload(TensorDict({}, batch_size=[2]))
