@@ -1,5 +1,7 @@
 """docker-compose.yml is checked structurally (no Docker here): it parses, mounts only files the
-repository has, and every host:port one service uses to reach another is that service's."""
+repository has, every host:port one service uses to reach another is that service's, and
+nothing is open by accident (ports on loopback unless the user says otherwise, no default or
+anonymous Grafana access)."""
 from __future__ import annotations
 
 import argparse
@@ -175,3 +177,60 @@ def test_grafana_loads_provisioning_and_dashboards(compose):
     home = grafana["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
     assert (ROOT / mounted_source(grafana, str(PurePosixPath(home).parent))
             / PurePosixPath(home).name).is_file()
+
+
+_VAR = re.compile(r"\$\{(\w+)(?:(:?[-?])([^}]*))?\}")
+
+
+def interpolate(text: str, env: dict[str, str]) -> str:
+    """Compose's ${VAR}, ${VAR:-default}, ${VAR-default}, ${VAR:?error} and ${VAR?error},
+    resolved against `env` as `docker compose` would; a required variable missing raises."""
+    def one(m):
+        name, op, arg = m.group(1), m.group(2) or "", m.group(3) or ""
+        unset = name not in env or (op.startswith(":") and env[name] == "")
+        if op.endswith("?") and unset:
+            raise LookupError(f"{name}: {arg}")
+        return arg if op.endswith("-") and unset else env.get(name, "")
+    return _VAR.sub(one, text)
+
+
+def published(compose: dict, env: dict[str, str]) -> dict[str, list[tuple[str, str]]]:
+    """{service: [(host ip, host port)]} of every published port, short or long syntax."""
+    out = {}
+    for name, svc in compose["services"].items():
+        for spec in svc.get("ports", []):
+            if isinstance(spec, dict):
+                ip, port = interpolate(spec.get("host_ip", ""), env), str(spec["published"])
+            else:
+                parts = interpolate(str(spec), env).split(":")
+                assert len(parts) == 3, f"{name}: {spec!r} binds every interface (no host ip)"
+                ip, port = parts[0], parts[1]
+            out.setdefault(name, []).append((ip, port))
+    return out
+
+
+def test_every_published_port_is_on_loopback_by_default(compose):
+    ports = published(compose, {})
+    assert {"prometheus", "alertmanager", "grafana"} <= ports.keys()
+    assert all(ip == "127.0.0.1" for each in ports.values() for ip, _ in each), ports
+    assert all("network_mode" not in svc for svc in compose["services"].values())
+
+
+def test_the_user_opens_the_ports_deliberately(compose):
+    wide = published(compose, {"DPOBS_BIND": "0.0.0.0"})
+    assert all(ip == "0.0.0.0" for each in wide.values() for ip, _ in each), wide
+    docs = (ROOT / "docs" / "compose.md").read_text()
+    assert "DPOBS_BIND" in docs and "GF_ADMIN_PASSWORD" in docs
+
+
+def test_grafana_has_no_default_password_and_no_anonymous_access(compose):
+    env = compose["services"]["grafana"].get("environment", {})
+    assert str(env.get("GF_AUTH_ANONYMOUS_ENABLED", "false")).lower() == "false"
+    assert "GF_AUTH_ANONYMOUS_ORG_ROLE" not in env
+    assert "GF_SECURITY_ADMIN_PASSWORD__FILE" in env or "GF_SECURITY_ADMIN_PASSWORD" in env, (
+        "without either Grafana falls back to its built-in admin/admin")
+    password = env.get("GF_SECURITY_ADMIN_PASSWORD")
+    if password is not None:
+        with pytest.raises(LookupError):  # compose refuses to start without one
+            interpolate(str(password), {})
+        assert interpolate(str(password), {"GF_ADMIN_PASSWORD": "s3cret"}) == "s3cret"
