@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/transferqueue.py [--rows 256] [--iters 30] [--runs 5]
                                                  [--alternatives]
 
-Starts a private local Ray + TransferQueue (one storage unit, num_cpus=2; dpobs_otel/adapters/tq_local.py)
+Starts a private local Ray + TransferQueue (one storage unit, num_cpus=2; dpobs_otel/testing/transferqueue.py)
 and stops it at the end. A 256-row batch shaped like a GRPO rollout (jagged int64 tokens of
 200-311, a bf16 (N, 3), a bool (N, 64) mask, a float32 (N,) score) is put and read back
 (select_fields = the tensor fields) by three clients, interleaved call by call so drift on a
@@ -30,11 +30,11 @@ import time
 import torch
 from tensordict import TensorDict
 
-from dpobs_otel.adapters.tq_local import start, stop  # noqa: E402
+from progress import Progress  # benchmarks/progress.py: the script's folder is on sys.path
 
-import dpobs_otel as dpobs  # noqa: E402
-from progress import Progress  # noqa: E402  benchmarks/progress.py
-import dpobs_otel.adapters.transferqueue as dtq  # noqa: E402
+import dpobs_otel as dpobs
+import dpobs_otel.adapters.transferqueue as dtq
+from dpobs_otel.testing.transferqueue import start, stop
 
 
 def make_batch(n: int) -> TensorDict:

@@ -25,8 +25,8 @@ import os
 import sys
 
 # module -> (its instrumentor's module, class), imported only once the module is
-TARGETS = {"transfer_queue": ("transferqueue_instrumentor", "TransferQueueInstrumentor"),
-           "mooncake.store": ("mooncake_instrumentor", "MooncakeInstrumentor")}
+TARGETS = {"transfer_queue": ("transferqueue", "TransferQueueInstrumentor"),
+           "mooncake.store": ("mooncake", "MooncakeInstrumentor")}
 log = logging.getLogger("dpobs_otel.auto")
 
 

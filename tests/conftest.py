@@ -10,7 +10,7 @@ import dpobs_otel as dpobs
 from helpers import network_isolation
 
 # Ray, in any test that starts or joins it, stays on loopback with no usage stats (see
-# dpobs_otel/adapters/tq_local.py); set here because test modules import ray before the harness.
+# dpobs_otel/testing/transferqueue.py); set here because test modules import ray before the harness.
 os.environ.update({"RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"})
 
 

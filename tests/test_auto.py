@@ -1,6 +1,6 @@
 """DPOBS_AUTO=1: TransferQueue and Mooncake's store measured in any process the environment
 reaches, through the start-up hook the package installs; nothing heavy imported where the
-data plane is unused. (The Ray-actor case is in tests/adapters/test_transferqueue_instrumentor.py.)"""
+data plane is unused. (The Ray-actor case is in tests/adapters/transferqueue/test_transferqueue_instrumentor.py.)"""
 from __future__ import annotations
 
 import importlib.util

@@ -1,12 +1,24 @@
-"""What dpobs's OpenTelemetry-style instrumentors share (transferqueue_instrumentor,
-mooncake_instrumentor): the BaseInstrumentor they derive from, made thread-safe, and the
-per-process adapter that the first measured call in each process builds.
+"""What dpobs's OpenTelemetry-style instrumentors share (transferqueue.instrumentor,
+mooncake.instrumentor): the BaseInstrumentor they derive from, made thread-safe, the
+per-process adapter that the first measured call in each process builds, and the mark of
+dpobs's own calls.
+
+Own calls: an adapter's calls into its data plane are measured by the adapter (or are its
+bookkeeping), so the entry points an instrumentor patches pass them through unmeasured. The
+adapter marks them with a context variable, as OpenTelemetry's `suppress_instrumentation`
+does: `with own_calls(): ...` around the calls, `is_own_call()` in the patched entry point.
+A context variable follows the code into coroutines and into run_coroutine_threadsafe's
+task, but not onto an executor's thread (run_in_executor) or a new thread: the mark is set
+on the thread that makes the calls.
 
 opentelemetry-instrumentation is optional: DPOBS_AUTO=1 needs no OpenTelemetry launcher, so
 without the package a small stand-in with the same contract is used.
 """
 from __future__ import annotations
 
+import contextvars
+import functools
+import importlib
 import logging
 import os
 import threading
@@ -43,9 +55,75 @@ except ImportError:
             self._is_instrumented_by_opentelemetry = False
             return result
 
-__all__ = ["Instrumentor", "PerProcess"]
+__all__ = ["Instrumentor", "PerProcess", "own_calls", "own", "is_own_call", "OwnCalls",
+           "MEASURED", "lazy_names"]
 
 log = logging.getLogger(__name__)
+
+_OWN = contextvars.ContextVar("dpobs_own_call", default=False)
+# Marks a function an instrumentor put in place of a library's (its __wrapped__ is the
+# library's own), so that an explicit adapter can call the library's one.
+MEASURED = "__dpobs_measured__"
+
+
+def is_own_call() -> bool:
+    """Is the running code one of dpobs's own calls into a data plane (see own_calls)?"""
+    return _OWN.get()
+
+
+class own_calls:  # noqa: N801  (used like a function: `with own_calls():`)
+    """Marks the calls made inside the block, on this thread and in the coroutines it
+    starts, as dpobs's own: patched entry points pass them through unmeasured."""
+
+    __slots__ = ("_token",)
+
+    def __enter__(self):
+        self._token = _OWN.set(True)
+
+    def __exit__(self, *exc):
+        _OWN.reset(self._token)
+
+
+def own(fn: Callable) -> Callable:
+    """`fn` with every call it makes marked as dpobs's own (own_calls), on the thread that
+    runs it."""
+    @functools.wraps(fn)
+    def marked(*args, **kwargs):
+        token = _OWN.set(True)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _OWN.reset(token)
+    return marked
+
+
+class OwnCalls:
+    """`inner` (a data plane's store) with every method call marked as dpobs's own, on
+    whichever thread makes it; other attributes as they are."""
+
+    def __init__(self, inner):
+        self.__dict__["_inner"] = inner
+
+    def __getattr__(self, name):  # only for names not cached in __dict__ yet
+        attr = getattr(self.__dict__["_inner"], name)
+        if not callable(attr):
+            return attr
+        marked = self.__dict__[name] = own(attr)
+        return marked
+
+    def __repr__(self) -> str:
+        return f"OwnCalls({self.__dict__['_inner']!r})"
+
+
+def lazy_names(package: str, where: dict[str, str]) -> Callable:
+    """A package's module __getattr__ (PEP 562): `name` from its submodule where[name], imported
+    on first use, so that importing the package (as the OpenTelemetry launcher does with every
+    entry point) imports the instrumentor alone."""
+    def __getattr__(name):
+        if name not in where:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        return getattr(importlib.import_module(f"{package}.{where[name]}"), name)
+    return __getattr__
 
 
 class Instrumentor(_Base):

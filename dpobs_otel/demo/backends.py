@@ -52,12 +52,12 @@ def start(name: str, latency_s: float, authkey: bytes, initializer=None) -> Runn
         # nobody holds is shut down when collected.
         return Running(name, ("memory", address, authkey), lambda: mgr.shutdown())
     if name == "mooncake":
-        from ..adapters.mooncake_master import MooncakeMaster
+        from ..testing.mooncake import MooncakeMaster
         master = MooncakeMaster(lease_ms=MOONCAKE_LEASE_MS).start()
         return Running(name, ("mooncake", master.rpc_address, master.metadata_url,
                               master.lease_s), master.stop)
     if name == "transferqueue":
-        from ..adapters import tq_local
+        from ..testing import transferqueue as tq_local
         handle = tq_local.start()
         return Running(name, ("transferqueue", handle.ray_address), tq_local.stop)
     raise ValueError(f"unknown backend {name!r}; one of {', '.join(BACKENDS)}")
@@ -71,10 +71,10 @@ def connect(spec: tuple):
         return connect_store(spec[1], spec[2])
     if kind == "mooncake":
         from ..adapters.mooncake import MooncakeDataPlane
-        from ..adapters.mooncake_master import connect_store
+        from ..testing.mooncake import connect_store
         return MooncakeDataPlane(connect_store(spec[1], spec[2]), lease_s=spec[3])
     if kind == "transferqueue":
-        from ..adapters import tq_local
+        from ..testing import transferqueue as tq_local
         from ..adapters.transferqueue import TransferQueueDataPlane
         tq_local.attach(spec[1])
         return TransferQueueDataPlane()
@@ -86,5 +86,5 @@ def disconnect(spec: tuple, client) -> None:
     if spec[0] == "mooncake":
         client.close()  # the deferred-removal thread; the keys stay with the master
     elif spec[0] == "transferqueue":
-        from ..adapters import tq_local
+        from ..testing import transferqueue as tq_local
         tq_local.detach()  # the client only: tq.close() would stop TransferQueue itself

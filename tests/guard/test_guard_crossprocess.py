@@ -7,29 +7,12 @@ import multiprocessing
 import os
 
 import pytest
-
-N = 64
-PART = "rollout"
+from helpers.rollout import N, PART
+from helpers.rollout import payload as _payload
 
 
 def _ids():
     return [f"uid-{i}" for i in range(N)]
-
-
-def _payload():
-    import torch
-    from tensordict import NonTensorStack, TensorDict
-
-    g = torch.Generator().manual_seed(7)
-    lengths = torch.randint(1, 50, (N,), generator=g).tolist()
-    return TensorDict({
-        "input_ids": torch.nested.nested_tensor(
-            [torch.randint(0, 32000, (n,), generator=g) for n in lengths], layout=torch.jagged),
-        "logprobs": torch.randn(N, 16, generator=g).to(torch.bfloat16),
-        "advantages": torch.randn(N, 1, generator=g).expand(N, 16).contiguous(),
-        "mask": torch.rand(N, 16, generator=g) > 0.3,
-        "prompt": NonTensorStack(*[f"p{i}" for i in range(N)]),
-    }, batch_size=[N])
 
 
 def _guard_counts(tel) -> dict[str, float]:

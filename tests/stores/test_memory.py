@@ -2,19 +2,12 @@ import threading
 
 import pytest
 import torch
-from tensordict import NonTensorStack, TensorDict
+from helpers.payloads import three_rows as _batch  # the Mooncake tests mirror these cases
+from tensordict import TensorDict
 
 from dpobs_otel import InMemoryDataPlane, connect_store, serve_store
 
 IDS = ["a", "b", "c"]
-
-
-def _batch():
-    tok = torch.nested.nested_tensor([torch.arange(n) for n in (2, 5, 3)], layout=torch.jagged)
-    td = TensorDict({"tok": tok, "adv": torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])},
-                    batch_size=[3])
-    td["meta"] = NonTensorStack("x", "y", "z")
-    return td
 
 
 def test_round_trip_keeps_jagged_dense_and_nontensor():

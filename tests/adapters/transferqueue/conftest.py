@@ -1,23 +1,16 @@
-"""pytest fixtures and series names shared by the TransferQueue test modules (import the
-fixtures by name into a module: `from tq_fixtures import cluster, make_tel`)."""
+"""Fixtures of the live TransferQueue tests: Ray and TransferQueue once per test module, and
+fresh Telemetries per test."""
 from __future__ import annotations
 
 import pytest
-from dpobs_otel.adapters.tq_local import start, stop
 
 import dpobs_otel as dpobs
-
-OPS = "dpobs_client_operation_duration_seconds_count"
-BYTES = "dpobs_client_transferred_bytes_total"
-KEYS = "dpobs_client_keys_total"
-MISSING = "dpobs_client_rows_missing_total"
-ERRORS = "dpobs_client_operation_errors_total"
-T = 60  # seconds: the timeout of one TransferQueue call
+from dpobs_otel.testing.transferqueue import start, stop
 
 
 @pytest.fixture(scope="module")
 def cluster():
-    """Ray + TransferQueue for one test module (~15 s to start), stopped at its end."""
+    """Ray + TransferQueue for one test module, stopped at its end."""
     handle = start()  # stops what it started if it fails half way
     try:
         yield handle

@@ -22,14 +22,14 @@ import torch
 import transfer_queue as tq
 from helpers import scrape, value
 from tensordict import TensorDict
-from tq_fixtures import BYTES, KEYS, OPS, T, cluster  # noqa: F401
-from dpobs_otel.adapters.tq_local import LOOPBACK_ENV, call
+from helpers.transferqueue import BYTES, KEYS, OPS, T
 
-import tq_rollout_actor
+import tq_rollout_actor  # this folder's (pytest puts a test module's folder on the path)
 
 import dpobs_otel as dpobs
-from dpobs_otel.adapters.tq_client import ASYNC_METHODS, SYNC_METHODS
-from dpobs_otel.adapters.transferqueue_instrumentor import KV_FUNCTIONS, TransferQueueInstrumentor
+from dpobs_otel.adapters.transferqueue import KV_FUNCTIONS, TransferQueueInstrumentor
+from dpobs_otel.adapters.transferqueue.client import ASYNC_METHODS, SYNC_METHODS
+from dpobs_otel.testing.transferqueue import LOOPBACK_ENV, call
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -244,44 +244,64 @@ def test_client_classes_measured_sync_and_async(cluster, instrumentor):
                                     "dpobs_guard_failures")) for k in s2)
 
 
-def test_dpobs_starts_on_first_call_and_again_in_a_forked_child(tmp_path, monkeypatch):
-    from dpobs_otel.adapters.instrumentation import PerProcess
-    from dpobs_otel.adapters.transferqueue import InstrumentedTransferQueue
-    from dpobs_otel.adapters.transferqueue_instrumentor import _Originals
+def test_calls_transfer_queue_s_own_modules_make_for_the_user_are_measured_once(
+        cluster, instrumentor):
+    # Its streaming dataset claims and reads a batch with the client's get_meta and get_data:
+    # time the trainer waits on the data plane, as much as if it had made the calls itself.
+    from transfer_queue.dataloader.streaming_dataset import default_fetch_batch_fn
 
-    for var in ("DPOBS_PORT", "DPOBS_VERIFY_TENSOR_HASH", "DPOBS_SD_DIR"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("DPOBS_ROLE", "forked")
-    listing = {"p": {"a": {}, "b": {}}}
-    module = types.SimpleNamespace(kv_list=lambda partition_id=None: listing)
-    originals = _Originals(module, {"kv_list": module.kv_list})
-    per_process = PerProcess(lambda tel: InstrumentedTransferQueue(tel, originals), "test")
-    assert per_process.started is None  # importing and instrumenting start nothing
+    tel = dpobs.start(role="test", rank=0, port=0, verify_tensor_hash=True)
     try:
-        assert per_process.adapter().kv_list("p") == listing
-        parent = per_process.started
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the child: its first call starts its own dpobs
-            code = 1
-            try:
-                per_process.adapter().kv_list("p")
-                child = per_process.started
-                s = scrape(child)
-                os.write(w, json.dumps([child.endpoint, value(s, OPS, op="list")]).encode())
-                child.shutdown()
-                code = 0
-            finally:
-                os._exit(code)
-        os.close(w)
-        with os.fdopen(r) as f:
-            child_endpoint, child_lists = json.loads(f.read() or "[null, 0]")
-        assert os.waitpid(pid, 0)[1] == 0
-        assert child_endpoint not in (None, parent.endpoint) and child_lists == 1
-        assert value(scrape(parent), OPS, op="list") == 1  # the child's call is not here
-        assert value(scrape(parent), KEYS, op="list") == 2
+        instrumentor.instrument(telemetry=tel)
+        client = tq.get_client()
+        td = TensorDict({"x": torch.arange(12).reshape(4, 3)}, batch_size=[4])
+        call(client.put, td, partition_id="sds", timeout_s=T)
+        before = scrape(tel)
+        batch, meta = call(default_fetch_batch_fn, client, ["x"], 4, "sds", "train", {}, 0,
+                           timeout_s=T)
+        s = scrape(tel)
+        call(client.clear_partition, "sds", timeout_s=T)
     finally:
-        per_process.close()
+        tel.shutdown()
+    assert [r.tolist() for r in batch["x"].unbind()] == td["x"].tolist()
+    assert value(before, OPS, op="claim_meta") is None and value(before, OPS, op="put") == 1
+    assert value(s, OPS, op="claim_meta") == 1
+    assert value(s, OPS, op="get_data") == 1
+    assert value(s, BYTES, op="get_data", direction="read") == 96
+    assert value(s, "dpobs_guard_rows_checked_total", field="x") == 4
+    assert value(s, OPS, op="put") == 1  # nothing else counted on the way
+
+
+def test_async_calls_measured_once_across_executor_and_client_loop(cluster, instrumentor):
+    # An awaited call runs its measured path on a worker thread (run_in_executor), which
+    # submits TransferQueue's coroutine to its client loop: each inner client call must be
+    # seen as dpobs's own there, or the guarded read's get_data and the put's lookup would
+    # be counted a second time.
+    tel = dpobs.start(role="test", rank=0, port=0, verify_tensor_hash=True)
+    td = TensorDict({"z": torch.arange(10).reshape(5, 2)}, batch_size=[5])
+    keys = [f"z{i}" for i in range(5)]
+
+    async def session(client):
+        await tq.async_kv_batch_put(keys=keys, partition_id="akv", fields=td)
+        got = await tq.async_kv_batch_get(keys=keys, partition_id="akv")
+        await tq.async_kv_clear(keys=keys, partition_id="akv")
+        await client.async_put(td, partition_id="acl")  # TransferQueue's lookup, then put
+        return got
+
+    try:
+        instrumentor.instrument(telemetry=tel)
+        got = call(asyncio.run, session(tq.get_client()), timeout_s=T)
+        s = scrape(tel)
+        call(tq.get_client().clear_partition, "acl", timeout_s=T)
+    finally:
+        tel.shutdown()
+    assert [r.tolist() for r in got["z"].unbind()] == td["z"].tolist()
+    assert value(s, OPS, op="put") == 2 and value(s, KEYS, op="put") == 10
+    assert value(s, BYTES, op="put", direction="write") == 2 * 80
+    assert value(s, OPS, op="get") == 1 and value(s, BYTES, op="get", direction="read") == 80
+    assert value(s, OPS, op="clear") == 1
+    assert value(s, OPS, op="get_data") is None and value(s, OPS, op="claim_meta") is None
+    assert value(s, "dpobs_guard_rows_checked_total", field="z") == 5
 
 
 def test_async_client_methods_measured_once_each(cluster, instrumentor):
@@ -342,7 +362,7 @@ def test_instrumentor_works_without_opentelemetry_instrumentation():
 import sys
 sys.modules["opentelemetry.instrumentation"] = None  # as if not installed
 import transfer_queue
-from dpobs_otel.adapters.transferqueue_instrumentor import KV_FUNCTIONS, TransferQueueInstrumentor
+from dpobs_otel.adapters.transferqueue import KV_FUNCTIONS, TransferQueueInstrumentor
 own = {n: getattr(transfer_queue, n) for n in KV_FUNCTIONS}
 base = TransferQueueInstrumentor.__mro__[2]  # past instrumentation.Instrumentor
 assert base.__module__ == "dpobs_otel.adapters.instrumentation", base  # the fallback

@@ -10,13 +10,18 @@ TransferQueueInstrumentor patches these methods on the classes; every measured c
 through the core (`tel.instrument(...)`) like the kv_* functions, so timing, errors, bytes,
 occupancy and the wire guard are the core's. Rows are named `<partition>/<global index>`,
 the ids TransferQueue's controller gives them, so a reader in any process salts each row as
-its writer did; the guard's digests ride in the rows' `custom_meta` (tq_digests.py), which
+its writer did; the guard's digests ride in the rows' `custom_meta` (digests.py), which
 get_meta hands back with the rows, so a claimed BatchMeta carries them to get_data.
 
-Calls TransferQueue makes to these methods itself (its kv_* functions, its sync wrappers over
-the async methods), and the kv_* adapter's own calls, are not measured again: a call whose
-caller is a module of the transfer_queue package, or the kv_* adapter's transferqueue.py or
-tq_digests.py, passes through.
+Each measured call is measured once: the calls it makes into TransferQueue (and, in there,
+TransferQueue's sync wrappers over the async methods) are marked as dpobs's own
+(instrumentation.own_calls), as are the kv_* adapter's, and a patched method passes an own
+call through. The mark is set by the runner that makes each call, on its thread: an awaited
+call runs on a worker thread (run_in_executor, which a context variable does not cross) and
+submits TransferQueue's coroutine from there (run_coroutine_threadsafe, whose task does take
+the submitting thread's context along). Calls that TransferQueue's own modules make for the
+user, its streaming dataset's get_meta and get_data for one, are the user's data-plane time
+and are measured.
 
 A put without metadata: TransferQueue's put first asks the controller for insert metadata;
 here that lookup runs before the measured put (the rows' ids are needed up front), so the
@@ -28,12 +33,12 @@ import asyncio
 import functools
 import inspect
 import os
-import sys
 import threading
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 
-from .tq_digests import digest_columns, digests_to_tags, strip_digest_tags
+from ..instrumentation import is_own_call, own
+from .digests import digest_columns, digests_to_tags, strip_digest_tags
 
 SYNC_METHODS = ("get_meta", "put", "get_data", "clear_samples", "clear_partition")
 ASYNC_METHODS = tuple("async_" + m for m in SYNC_METHODS)
@@ -133,19 +138,11 @@ def _dispatch(name: str, measured, plane: _ClientPlane, run, a: dict):
 class ClientPatches:
     """Measured versions of the client classes' methods, installed and removed as a set."""
 
-    def __init__(self, module, telemetry_of):
+    def __init__(self, telemetry_of):
         from transfer_queue.client import AsyncTransferQueueClient, TransferQueueClient
 
         self._classes = (TransferQueueClient, AsyncTransferQueueClient)
         self._telemetry_of = telemetry_of  # () -> this process's Telemetry, or None
-        # Callers whose calls are TransferQueue's own plumbing (any transfer_queue module) or
-        # already measured (the kv_* adapter's guarded reads call get_data, its guarded puts
-        # put). Not the rest of dpobs_otel.adapters: tq_local.call, for one, forwards a
-        # user's call.
-        self._internal_dir = os.path.dirname(os.path.abspath(module.__file__)) + os.sep
-        here = os.path.dirname(os.path.abspath(__file__))
-        self._adapter_files = {os.path.join(here, f) for f in ("transferqueue.py",
-                                                               "tq_digests.py")}
         self._sync = {m: getattr(TransferQueueClient, m) for m in SYNC_METHODS}
         self._async = {m: getattr(AsyncTransferQueueClient, m) for m in ASYNC_METHODS}
         self._extra = {m: getattr(TransferQueueClient, m)
@@ -166,11 +163,6 @@ class ClientPatches:
         for m, fn in self._async.items():
             setattr(self._classes[1], m, fn)
 
-    def _internal(self) -> bool:
-        """Is the caller of the patched method transfer_queue's code or the kv_* adapter?"""
-        caller = sys._getframe(2).f_code.co_filename
-        return caller.startswith(self._internal_dir) or caller in self._adapter_files
-
     def _core(self, client):
         pid = os.getpid()
         with self._lock:
@@ -187,13 +179,13 @@ class ClientPatches:
 
     def _wrapper(self, name, original, awaited: bool):
         """`original` measured. For an async method (awaited) a plain function returning a
-        coroutine, so that its caller is known when it is called: TransferQueue's sync
-        wrappers call the async methods from its own module."""
+        coroutine, so that whether the call is dpobs's own is read where it is called:
+        TransferQueue's sync wrappers call the async methods on the caller's thread."""
         sig = inspect.signature(original)
 
         @functools.wraps(original)
         def measured(client, *args, **kwargs):
-            core, plane = (None, None) if self._internal() else self._core(client)
+            core, plane = (None, None) if is_own_call() else self._core(client)
             if core is None:
                 return original(client, *args, **kwargs)
             a = _arguments(sig, client, args, kwargs)
@@ -207,6 +199,7 @@ class ClientPatches:
         # TransferQueue's coroutine back to the caller's loop, which is free while it awaits.
         loop = asyncio.get_running_loop()
 
+        @own  # on the worker thread, which submits the coroutine: its task inherits the mark
         def run(method, *args, **kwargs):
             fn = self._async.get("async_" + method) or getattr(self._classes[1],
                                                                  "async_" + method)
@@ -220,7 +213,7 @@ class ClientPatches:
 
     def _sync_runner(self, client):
         methods = {**self._sync, **self._extra}
-        return lambda method, *args, **kwargs: methods[method](client, *args, **kwargs)
+        return own(lambda method, *args, **kwargs: methods[method](client, *args, **kwargs))
 
 
 def _arguments(sig, client, args, kwargs) -> dict:

@@ -1,15 +1,7 @@
-"""Mooncake (mooncake-transfer-engine 0.3.13) as a dpobs data plane.
-
-    from mooncake.store import MooncakeDistributedStore
-    from dpobs_otel.adapters.mooncake import MooncakeDataPlane, instrument_store
-    store = MooncakeDistributedStore(); store.setup(...)      # docs/mooncake.md
-    client = tel.instrument(MooncakeDataPlane(store))         # the protocol, measured
-    raw = instrument_store(tel, store)                        # or Mooncake's own API, measured
-
-`MooncakeDataPlane` keeps the data-plane protocol on Mooncake's keys (`ns` = namespace,
+"""`MooncakeDataPlane` keeps the data-plane protocol on Mooncake's keys (`ns` = namespace,
 every name part escaped so "/" and "." cannot collide):
 
-    {ns}/{partition}/.slot/{i}       which ids each writer put and cleared (mooncake_index)
+    {ns}/{partition}/.slot/{i}       which ids each writer put and cleared (index.py)
     {ns}/{partition}/{sid}           the row's manifest: its fields' kinds, in order, and tags
     {ns}/{partition}/{sid}/{field}   one value per row and field: a tensor (put_tensor), or
                                      a pickled non-tensor value (bytes)
@@ -21,8 +13,11 @@ guard's digest columns are int64 fields like any other and travel with the rows.
 
 Mooncake has no key listing, and two clients upserting one key at once can lose it, so no
 key is written by two processes on purpose: the listing lives in per-writer slots
-(mooncake_index), manifests and values are per row. Two processes writing the same row at
+(index.py), manifests and values are per row. Two processes writing the same row at
 the same instant is the one race left (docs/mooncake.md).
+
+Every store call the plane makes (its index's and its deferred removals' too) is marked as
+dpobs's own: MooncakeInstrumentor, if active, leaves them to the plane's own measurement.
 """
 from __future__ import annotations
 
@@ -33,14 +28,13 @@ import msgpack
 import torch
 from tensordict import TensorDict
 
-from ..stores.rows import assemble, check_ids, check_put, selected_keys, split_columns
-from .mooncake_index import PartitionIndex
-from .mooncake_leases import DeferredRemovals
-from .mooncake_store import (HAS_LEASE, NOT_FOUND, InstrumentedMooncakeStore, MooncakeError,
-                             instrument_store, mooncake_error)
+from ...stores.rows import assemble, check_ids, check_put, selected_keys, split_columns
+from ..instrumentation import OwnCalls
+from .index import PartitionIndex
+from .leases import DeferredRemovals
+from .store import HAS_LEASE, NOT_FOUND, mooncake_error
 
-__all__ = ["MooncakeDataPlane", "MooncakeError", "InstrumentedMooncakeStore",
-           "instrument_store"]
+__all__ = ["MooncakeDataPlane"]
 
 # Kinds of a stored value, as the manifest records them.
 TENSOR, SCALAR, OBJECT, RAW = 0, 1, 2, 3  # RAW: [3, dtype, shape], bytes in a uint8 tensor
@@ -96,18 +90,19 @@ class MooncakeDataPlane:
     them meanwhile; docs/mooncake.md). `namespace` prefixes every key."""
 
     def __init__(self, store, *, namespace: str = "dpobs", lease_s: float = 10.0):
-        self._s = store
+        self._store = store
+        self._s = OwnCalls(store)  # every call through it is the plane's own
         self._ns = _esc(namespace)
-        self._index = PartitionIndex(store, self._ns, _check)
+        self._index = PartitionIndex(self._s, self._ns, _check)
         self._claimed: dict[tuple[str, str], set[str]] = {}
-        self._deferred = DeferredRemovals(store.batch_remove, lease_s)
+        self._deferred = DeferredRemovals(self._s.batch_remove, lease_s)
 
     def __repr__(self) -> str:
         return f"MooncakeDataPlane(namespace={self._ns!r})"
 
     @property
     def store(self):
-        return self._s
+        return self._store
 
     @property
     def pending_clears(self) -> int:

@@ -1,7 +1,7 @@
 """Mooncake measured through dpobs against a real master on loopback: exact counts and bytes
 on /metrics through the protocol and through instrument_store, codes as errors, the wire
 guard and a shared partition across processes, and the launcher's sockets. Skipped only when
-the mooncake wheel is not installed (mooncake_harness)."""
+the mooncake wheel is not installed (helpers.mooncake)."""
 from __future__ import annotations
 
 import json
@@ -13,10 +13,9 @@ import torch
 from helpers import scrape, value
 from tensordict import NonTensorData, TensorDict
 
-from mooncake_harness import (BYTES, ERRORS, KEYS, LOOPBACK, OPS, MooncakeDataPlane, N,
-                              _batch_n, _Blinking, _fan_in, _listening, _reader, _setup,
-                              _tamper, _workers, _writer)
-from mooncake_harness import dp, master, store  # noqa: F401  fixtures
+from helpers.mooncake import (BYTES, ERRORS, KEYS, LOOPBACK, OPS, Blinking, MooncakeDataPlane,
+                              N, batch_n, fan_in, listening, open_plane, read_rows, tamper_row,
+                              workers, write_rows)
 
 from dpobs_otel.adapters.mooncake import MooncakeError, instrument_store
 
@@ -29,7 +28,7 @@ def test_protocol_workload_counts_and_bytes_are_exact(tel, dp):
     for step in range(5):
         n = 3 + step
         ids = [f"s{step}-{i}" for i in range(n)]
-        td = _batch_n(n)
+        td = batch_n(n)
         td["meta"] = NonTensorData({"step": step})
         client.put_samples(ids, "train", td)
         truth["put"] += n * 3 * 4 + sum(range(1, n + 1)) * 8 + len(msgpack.packb({"step": step}))
@@ -53,7 +52,7 @@ def test_protocol_workload_counts_and_bytes_are_exact(tel, dp):
 
 
 def test_a_code_the_plane_raises_is_counted_with_the_code(tel, store):
-    class Refusing(_Blinking):
+    class Refusing(Blinking):
         def upsert_batch(self, keys, values):
             return -800  # TRANSFER_FAIL
 
@@ -129,18 +128,18 @@ def test_raw_store_occupancy_returns_to_zero(tel, store):
 @pytest.mark.slow
 def test_guard_across_processes_catches_a_row_rewritten_by_a_bare_client(master):
     addr = (master.rpc_address, master.metadata_url)
-    with _workers(3) as (writer, reader, tamperer):
-        written = writer.apply(_writer, (addr,))
+    with workers(3) as (writer, reader, tamperer):
+        written = writer.apply(write_rows, (addr,))
         assert written["recorded"] == 4 * N  # the four tensor fields
-        clean = reader.apply(_reader, (addr,))
+        clean = reader.apply(read_rows, (addr,))
         assert clean["pid"] != os.getpid()
         c = clean["counts"]
         assert c["checked"] == 4 * N
         assert c["mismatched"] == 0
         assert c["unverified"] == 0
         assert clean["keys"] == ["advantages", "input_ids", "logprobs", "mask", "prompt"]  # digests stripped
-        tamperer.apply(_tamper, (addr,))
-        caught = reader.apply(_reader, (addr,))["counts"]
+        tamperer.apply(tamper_row, (addr,))
+        caught = reader.apply(read_rows, (addr,))["counts"]
     assert caught["mismatched"] == 1
     assert caught["checked"] == 4 * N
 
@@ -153,10 +152,10 @@ def test_writers_in_several_processes_share_a_partition_listing(master, store):
     addr = (master.rpc_address, master.metadata_url)
     reader = MooncakeDataPlane(store, namespace="guard", lease_s=master.lease_s)
     reader.register_partition("fan-in")
-    with _workers(3) as pools:
+    with workers(3) as pools:
         for p in pools:  # set the clients up one at a time, then write all at once
-            p.apply(_setup, (addr,))
-        jobs = [p.apply_async(_fan_in, (addr, w, 40)) for w, p in enumerate(pools)]
+            p.apply(open_plane, (addr,))
+        jobs = [p.apply_async(fan_in, (addr, w, 40)) for w, p in enumerate(pools)]
         listings = []
         while not all(j.ready() for j in jobs):
             listings.append(set(reader.list_sample_ids("fan-in")))
@@ -175,7 +174,7 @@ def test_master_listens_on_loopback_only(master):
     """Every socket the launcher's processes listen on (the master's RPC and admin servers,
     the metadata server, anything else they open) is bound to loopback: read from the
     kernel's socket tables, not from our flags."""
-    seen = _listening(master.pids)
+    seen = listening(master.pids)
     assert len(master.pids) == 2
     assert {master.rpc_port, master.metadata_port, master.metrics_port} <= set(seen)
     assert set(seen.values()) <= LOOPBACK, json.dumps(seen)

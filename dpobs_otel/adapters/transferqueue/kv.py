@@ -1,10 +1,4 @@
-"""TransferQueue (0.1.11) on dpobs: its key-value API measured as the ops of the contract.
-
-    import dpobs_otel as dpobs
-    from dpobs_otel.adapters import transferqueue
-    tel = dpobs.start(role="trainer", rank=0)
-    tq = transferqueue.instrument(tel)   # was: import transfer_queue as tq
-    tq.init(conf); tq.kv_batch_put(...); tq.kv_batch_get(...); tq.close()
+"""TransferQueue's key-value API measured as the ops of the contract.
 
 `TransferQueueDataPlane` is the data-plane protocol over the `transfer_queue` module;
 `InstrumentedTransferQueue` (what `instrument` returns) keeps TransferQueue's own names and
@@ -19,9 +13,13 @@ What TransferQueue does that the adapter has to handle (docs/transferqueue.md):
     `returned_sample_ids` which ids the rows belong to (one kv_list), which also logs the
     missing ids.
   * kv_batch_get returns no tags; kv_list does. The guard's digests travel in the rows' tags
-    (tq_digests.py), so a guarded read looks the rows up itself with the two client calls
+    (digests.py), so a guarded read looks the rows up itself with the two client calls
     kv_batch_get is made of, and gets the tags with them; a guarded put likewise makes
     kv_batch_put's three calls itself, to merge its digests with the rows' current tags.
+
+The data plane's calls into TransferQueue are marked as dpobs's own (instrumentation.own, on
+the thread that makes them), so TransferQueueInstrumentor's patched entry points, if active,
+do not measure them a second time.
 """
 from __future__ import annotations
 
@@ -32,12 +30,13 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from ..guard import is_digest_field
-from .tq_digests import digest_columns, put_with_digests, strip_digest_tags, without_digest_tags
+from ...guard import is_digest_field
+from ..instrumentation import MEASURED, own
+from .digests import digest_columns, put_with_digests, strip_digest_tags, without_digest_tags
 
 __all__ = ["TransferQueueDataPlane", "InstrumentedTransferQueue", "instrument"]
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("dpobs_otel.adapters.transferqueue")  # the name users filter on
 
 # A short-read log line names at most this many missing ids (the counter has them all).
 MAX_LOGGED_IDS = 16
@@ -48,11 +47,6 @@ MAX_LOG_PARTITIONS = 4096
 _clock = time.monotonic  # module attribute: tests move time forward
 # Worker threads for the async_kv_* variants (see InstrumentedTransferQueue._run_async).
 ASYNC_WORKERS = 16
-
-
-# Marks the kv_* functions TransferQueueInstrumentor puts on the module (their __wrapped__
-# is TransferQueue's own).
-MEASURED = "__dpobs_measured__"
 
 
 def _tq_module():
@@ -113,6 +107,7 @@ class TransferQueueDataPlane:
     # `refused`: an argument check the adapter makes where TransferQueue makes it, before any
     # I/O (InstrumentedTransferQueue); raised here, inside the measured call, so the refused
     # call is timed and counted as an error like every other failed op.
+    @own
     def put_samples(self, sample_ids, partition_id, fields=None, tags=None, data_parser=None,
                     refused=None, pending_fields=None):
         if refused is not None:
@@ -124,6 +119,7 @@ class TransferQueueDataPlane:
         return self._tq.kv_batch_put(keys=sample_ids, partition_id=partition_id, fields=fields,
                                      tags=tags, data_parser=data_parser)
 
+    @own
     def get_samples(self, sample_ids, partition_id, select_fields=None, refused=None):
         if refused is not None:
             raise refused
@@ -163,6 +159,7 @@ class TransferQueueDataPlane:
         """The protocol's register: TransferQueue makes a partition on its first put, so
         there is nothing to do (the op is still measured, as a call that did nothing)."""
 
+    @own
     def clear_samples(self, sample_ids, partition_id, as_given=False):
         """as_given (kv_clear): keys go to TransferQueue unchanged, so keys=None is refused
         there (TypeError) as on the bare module, never read as "the whole partition"."""
@@ -172,6 +169,7 @@ class TransferQueueDataPlane:
                 return None
         return self._tq.kv_clear(keys=sample_ids, partition_id=partition_id)
 
+    @own
     def list_sample_ids(self, partition_id, with_tags=False):
         """The protocol's list of ids; with_tags=True (InstrumentedTransferQueue.kv_list):
         a _Listing, partition_id=None meaning every partition, as in kv_list."""
@@ -185,6 +183,7 @@ class TransferQueueDataPlane:
         return _Listing.of(nested, (((pid, k), tags) for pid, keys in nested.items()
                                     for k, tags in keys.items()))
 
+    @own
     def returned_sample_ids(self, sample_ids, partition_id, result):
         """The core's hook for a short read: the ids of the rows that came back, in order.
 

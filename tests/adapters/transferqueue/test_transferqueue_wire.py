@@ -4,7 +4,6 @@ reader process, and a row rewritten by a third, uninstrumented client caught and
 from __future__ import annotations
 
 import json
-import os
 import select
 import subprocess
 import sys
@@ -13,10 +12,9 @@ import types
 import transfer_queue as tq
 from helpers import scrape, value
 from tensordict import TensorDict
-from tq_fixtures import T, cluster  # noqa: F401
-from dpobs_otel.adapters.tq_local import call
+from helpers.transferqueue import T
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+from dpobs_otel.testing.transferqueue import call
 
 
 # -- writer and reader in other processes ------------------------------------------------
@@ -25,8 +23,7 @@ PID_WIRE = "wire"
 
 _WRITER = """
 import json, sys, torch
-sys.path.insert(0, {here!r})
-from dpobs_otel.adapters.tq_local import attach, detach, call
+from dpobs_otel.testing.transferqueue import attach, detach, call
 import dpobs_otel as dpobs, dpobs_otel.adapters.transferqueue as dtq
 from tensordict import TensorDict
 attach({address!r})
@@ -54,8 +51,7 @@ print("written", flush=True)
 
 _READER = """
 import json, sys
-sys.path.insert(0, {here!r})
-from dpobs_otel.adapters.tq_local import attach, detach, call
+from dpobs_otel.testing.transferqueue import attach, detach, call
 import dpobs_otel as dpobs, dpobs_otel.adapters.transferqueue as dtq
 attach({address!r})
 tel = dpobs.start(role="reader", rank=0, port=0, verify_tensor_hash=True)
@@ -84,11 +80,11 @@ def _readline(proc, timeout_s: float) -> str:
 
 
 def test_reader_process_verifies_writer_process_digests(cluster, tmp_path):
-    fmt = dict(here=HERE, address=cluster.ray_address, n=N_WIRE, pid=PID_WIRE)
+    fmt = dict(address=cluster.ray_address, n=N_WIRE, pid=PID_WIRE)
     err = open(tmp_path / "reader.err", "w+")
     procs = []
     try:
-        # Both children start together (each pays ~8 s to import and attach).
+        # Both children start together: each takes seconds to import and attach.
         reader = subprocess.Popen([sys.executable, "-c", _READER.format(**fmt)], text=True,
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
         procs.append(reader)

@@ -16,13 +16,13 @@ from helpers import scrape, value
 from prometheus_client.parser import text_string_to_metric_families
 from tensordict import TensorDict
 
-from mooncake_harness import BYTES, KEYS, OPS, MooncakeDataPlane
-from mooncake_harness import master, store  # noqa: F401  fixtures
+from helpers.mooncake import BYTES, KEYS, OPS, MooncakeDataPlane
 
 from mooncake.store import MooncakeDistributedStore as Store
 
-from dpobs_otel.adapters.mooncake_instrumentor import MooncakeInstrumentor
-from dpobs_otel.adapters.mooncake_store import MEASURED
+import dpobs_otel as dpobs
+from dpobs_otel.adapters.mooncake import MooncakeInstrumentor, instrument_store
+from dpobs_otel.adapters.mooncake.store import MEASURED
 
 
 @pytest.fixture
@@ -63,6 +63,41 @@ def test_dpobs_own_mooncake_adapter_is_not_counted_twice(tel, store, master, ins
         assert value(s, OPS, op="get") == 1 and value(s, KEYS, op="get") == 2
     finally:
         plane.close()
+
+
+def test_the_plane_s_deferred_removals_are_its_own_on_their_thread(tel, store, master,
+                                                                 instrumented):
+    # A clear that meets a read's lease leaves the keys to a removal thread: its
+    # batch_remove calls are the plane's clear, not another one.
+    plane = MooncakeDataPlane(store, namespace="inst-lease", lease_s=master.lease_s)
+    try:
+        client = tel.instrument(plane)
+        client.put_samples(["r0", "r1"], "p", TensorDict({"x": torch.ones(2, 2)}, [2]))
+        client.get_samples(["r0", "r1"], "p")  # leases every key it read
+        client.clear_samples(["r0", "r1"], "p")
+        assert plane.flush_clears(30) and plane._deferred.removed > 0
+        s = scrape(tel)
+    finally:
+        plane.close()
+    assert value(s, OPS, op="clear") == 1 and value(s, KEYS, op="clear") == 2
+
+
+def test_instrument_store_under_the_instrumentor_counts_each_call_once(tel, store,
+                                                                       instrumented):
+    explicit = dpobs.start(role="explicit", rank=0, port=0)
+    try:
+        raw = instrument_store(explicit, store)
+        t = torch.arange(4, dtype=torch.float32)
+        assert raw.put_tensor("once-a", t) == 0
+        assert torch.equal(raw.get_tensor("once-a"), t)
+        s_explicit, s_patched = scrape(explicit), scrape(tel)
+        store.remove("once-a")  # a plain call: the instrumentor's
+        s_after = scrape(tel)
+    finally:
+        explicit.shutdown()
+    assert value(s_explicit, OPS, op="put") == 1 and value(s_explicit, OPS, op="get") == 1
+    assert value(s_patched, OPS, op="put") is None and value(s_patched, OPS, op="get") is None
+    assert value(s_after, OPS, op="clear") == 1
 
 
 def test_uninstrument_restores_the_class_and_instrument_is_idempotent(tel):

@@ -1,7 +1,8 @@
 """dpobs's own cost per op on a live Mooncake store, bare vs measured, side by side.
 
-    .venv/bin/python benchmarks/mooncake.py [--rows 256] [--iters 40]
-    # as root, loopback only:  unshare --net sh -c 'ip link set lo up && exec .venv/bin/python benchmarks/mooncake.py'
+    .venv/bin/python benchmarks/mooncake_store.py [--rows 256] [--iters 40]
+    # as root, loopback only:
+    unshare --net sh -c 'ip link set lo up && exec .venv/bin/python benchmarks/mooncake_store.py'
 
 Starts a private mooncake_master on free loopback ports (lease 200 ms) and one client, and
 stops them at the end. Two pairs of arms, interleaved call by call with the order rotating
@@ -20,25 +21,17 @@ a difference of two noisy medians) as a share of the bare median; the goal is un
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import sys
 import time
 
-# This file is named mooncake.py: its directory, first on sys.path, would shadow the wheel.
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
+import torch
+from progress import Progress  # benchmarks/progress.py: the script's folder is on sys.path
 
-import torch  # noqa: E402
-
-import dpobs_otel as dpobs  # noqa: E402
-from dpobs_otel.demo.batches import Config, make_rows, pack  # noqa: E402
-from dpobs_otel.adapters.mooncake import MooncakeDataPlane, instrument_store  # noqa: E402
-from dpobs_otel.adapters.mooncake_master import MooncakeMaster  # noqa: E402
-from dpobs_otel.sizing import payload_nbytes  # noqa: E402
-
-sys.path.append(_HERE)  # last, now that the wheel's mooncake is imported: benchmarks/progress.py
-from progress import Progress  # noqa: E402
+import dpobs_otel as dpobs
+from dpobs_otel.adapters.mooncake import MooncakeDataPlane, instrument_store
+from dpobs_otel.demo.batches import Config, make_rows, pack
+from dpobs_otel.sizing import payload_nbytes
+from dpobs_otel.testing.mooncake import MooncakeMaster
 
 OPS = ("put", "get", "clear")
 

@@ -1,7 +1,8 @@
-"""Shared pieces of the live Mooncake tests (test_mooncake.py, test_mooncake_store.py): a
-master on loopback per test module, a store, a fresh data plane per test, and the workers
-that spawned processes run. Importing it skips the importing test module when, and only
-when, the mooncake wheel is not installed (`pip install 'dpobs-otel[mooncake]'`, which
+"""What the live Mooncake tests (tests/adapters/mooncake/) share besides their fixtures (in
+that folder's conftest.py): series names, rows, a store that blinks, the workers that
+spawned processes run (importable there by name: spawn children get the parent's sys.path),
+and the sockets a process listens on. Importing it skips the importing test module when, and
+only when, the mooncake wheel is not installed (`pip install 'dpobs-otel[mooncake]'`, which
 `make` does); an installed wheel that fails to import (e.g. libibverbs1 missing) fails."""
 from __future__ import annotations
 
@@ -24,8 +25,8 @@ import mooncake.store  # noqa: E402,F401  an installed wheel must import: no ski
 
 import dpobs_otel as dpobs  # noqa: E402
 from dpobs_otel.adapters.mooncake import MooncakeDataPlane  # noqa: E402
-from dpobs_otel.adapters.mooncake_master import MooncakeMaster, connect_store  # noqa: E402
-from guard.test_guard_crossprocess import N, PART, _payload  # noqa: E402  its GRPO rows
+from dpobs_otel.testing.mooncake import connect_store  # noqa: E402
+from helpers.rollout import N, PART, payload  # noqa: E402  the guard's GRPO rows
 
 LEASE_MS = 300
 IDS = ["a", "b", "c"]
@@ -33,43 +34,21 @@ OPS = "dpobs_client_operation_duration_seconds_count"
 BYTES = "dpobs_client_transferred_bytes_total"
 KEYS = "dpobs_client_keys_total"
 ERRORS = "dpobs_client_operation_errors_total"
-_ns = itertools.count()
+namespaces = itertools.count()  # a fresh namespace per data plane
 
 
-@pytest.fixture(scope="module")
-def master():
-    with MooncakeMaster(lease_ms=LEASE_MS) as m:
-        yield m
-
-
-@pytest.fixture(scope="module")
-def store(master):
-    s = master.connect()
-    yield s
-    s.close()
-
-
-@pytest.fixture
-def dp(store, master):
-    plane = MooncakeDataPlane(store, namespace=f"t{next(_ns)}", lease_s=master.lease_s)
-    yield plane
-    plane.close()
-
-
-def _master_keys(master) -> list[str]:
+def master_keys(master) -> list[str]:
     body = urllib.request.urlopen(master.admin_url + "/get_all_keys", timeout=10).read()
     return [k for k in body.decode().split("\n") if k]
 
 
-def _bits(t: torch.Tensor) -> list:
+def bits(t: torch.Tensor) -> list:
     return t.contiguous().reshape(-1).view(torch.uint8).tolist() if t.numel() else []
 
 
-
-
-class _Blinking:
+class Blinking:
     """A store whose next answer for `key` reads as absent, as while another client
-    upserts it (measured: a key being upserted reads as absent for a moment)."""
+    upserts it (seen on Mooncake: a key being upserted reads as absent for a moment)."""
 
     def __init__(self, store, key):
         self._store, self.key, self.blinked = store, key, 0
@@ -91,20 +70,17 @@ class _Blinking:
         return self._blink(keys, self._store.batch_get_tensor(keys), None)
 
 
-
-def _batch_n(n):
+def batch_n(n):
     return TensorDict({"x": torch.arange(n * 3, dtype=torch.float32).reshape(n, 3),
                        "tok": torch.nested.nested_tensor([torch.arange(i + 1) for i in range(n)],
                                                          layout=torch.jagged)}, [n])
-
-
 
 
 # -- what spawned workers run ----------------------------------------------------------
 _WORKER: dict = {}
 
 
-def _plane(addr):
+def worker_plane(addr):
     """This worker's data plane; its store (and segment) stays up for later calls."""
     if "plane" not in _WORKER:
         _WORKER["plane"] = MooncakeDataPlane(connect_store(*addr, 32 << 20, 32 << 20),
@@ -112,11 +88,11 @@ def _plane(addr):
     return _WORKER["plane"]
 
 
-def _setup(addr) -> None:
-    _plane(addr)
+def open_plane(addr) -> None:
+    worker_plane(addr)
 
 
-def _close_plane() -> None:
+def close_plane() -> None:
     plane = _WORKER.pop("plane", None)
     if plane is not None:
         plane.close()
@@ -124,7 +100,7 @@ def _close_plane() -> None:
 
 
 @contextlib.contextmanager
-def _workers(n: int):
+def workers(n: int):
     """n one-process pools (spawned); each worker's store closed before the pools go."""
     ctx = multiprocessing.get_context("spawn")
     pools = [ctx.Pool(1) for _ in range(n)]
@@ -133,31 +109,31 @@ def _workers(n: int):
     finally:
         for p in pools:
             try:
-                p.apply(_close_plane)
+                p.apply(close_plane)
             finally:
                 p.terminate()
 
 
-def _guard_counts(tel) -> dict:
+def guard_counts(tel) -> dict:
     """{recorded|checked|mismatched|unverified: rows over all fields}."""
     return {k: sum(v.values()) for k, v in tel.guard.totals().items()
             if k in ("recorded", "checked", "mismatched", "unverified")}
 
 
-def _writer(addr) -> dict:
+def write_rows(addr) -> dict:
     tel = dpobs.start(role="rollout", rank=0, port=0, verify_tensor_hash=True)
     try:
-        client = tel.instrument(_plane(addr))
+        client = tel.instrument(worker_plane(addr))
         client.register_partition(PART)
-        client.put_samples([f"uid-{i}" for i in range(N)], PART, _payload())
-        return _guard_counts(tel)
+        client.put_samples([f"uid-{i}" for i in range(N)], PART, payload())
+        return guard_counts(tel)
     finally:
         tel.shutdown()
 
 
-def _tamper(addr) -> None:
+def tamper_row(addr) -> None:
     """A bare client, no guard: flip one bit of one row, keep the writer's digest column."""
-    raw = _plane(addr)
+    raw = worker_plane(addr)
     row = raw.get_samples(["uid-17"], PART)
     logp = row["logprobs"].clone()
     logp.view(torch.int16)[0, 3] ^= 1
@@ -165,20 +141,19 @@ def _tamper(addr) -> None:
     raw.put_samples(["uid-17"], PART, row)
 
 
-def _reader(addr) -> dict:
+def read_rows(addr) -> dict:
     tel = dpobs.start(role="trainer", rank=1, port=0, verify_tensor_hash=True)
     try:
-        client = tel.instrument(_plane(addr))
+        client = tel.instrument(worker_plane(addr))
         out = client.get_samples([f"uid-{i}" for i in range(N)][::-1], PART)
-        return {"counts": _guard_counts(tel), "keys": sorted(out.keys()), "pid": os.getpid()}
+        return {"counts": guard_counts(tel), "keys": sorted(out.keys()), "pid": os.getpid()}
     finally:
         tel.shutdown()
 
 
-
-def _fan_in(addr, w, steps) -> list[str]:
+def fan_in(addr, w, steps) -> list[str]:
     """One writer of a shared partition: puts 8 rows a step, clears half of every third."""
-    plane, live = _plane(addr), []
+    plane, live = worker_plane(addr), []
     td = TensorDict({"x": torch.ones(8, 4)}, [8])
     for i in range(steps):
         ids = [f"w{w}-{i}-{j}" for j in range(8)]
@@ -190,11 +165,10 @@ def _fan_in(addr, w, steps) -> list[str]:
     return live
 
 
-
 LOOPBACK = {"0100007F", "00000000000000000000000001000000"}  # 127.0.0.1, ::1 as /proc has them
 
 
-def _listening(pids) -> dict[int, str]:
+def listening(pids) -> dict[int, str]:
     """{port: address} of every TCP socket in LISTEN that these processes hold."""
     inodes = set()
     for pid in pids:
@@ -213,5 +187,3 @@ def _listening(pids) -> dict[int, str]:
             if cols[3] == "0A" and cols[9] in inodes:  # LISTEN
                 out[int(port, 16)] = addr
     return out
-
-

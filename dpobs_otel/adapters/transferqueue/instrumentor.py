@@ -4,19 +4,22 @@
 
 or, in code that would rather say so:
 
-    from dpobs_otel.adapters.transferqueue_instrumentor import TransferQueueInstrumentor
+    from dpobs_otel.adapters.transferqueue import TransferQueueInstrumentor
     TransferQueueInstrumentor().instrument()      # idempotent and thread-safe
     TransferQueueInstrumentor().uninstrument()    # puts TransferQueue's own functions back
 
 `instrument()` replaces the twelve kv_* functions of the `transfer_queue` package (sync and
 async) with measured ones, and measures the client classes TransferQueueClient and
 AsyncTransferQueueClient (get_meta, put, get_data, clear_samples, clear_partition and their
-async forms; tq_client.py). The first measured call in a process starts dpobs there
+async forms; client.py). The first measured call in a process starts dpobs there
 (`dpobs.start()`, every setting from its DPOBS_* variable: role, rank, sd_dir, the guard...),
 so a process that imports transfer_queue but never calls it serves nothing; a forked child
 starts its own on its first call. `instrument(telemetry=tel)` uses an existing Telemetry in
 the process that called it instead. Each measured call goes through the same adapter as
 `dpobs_otel.adapters.transferqueue.instrument(tel)`: same ops, bytes, errors and guard.
+Each user call is measured once, wherever it comes from (the user's code or TransferQueue's
+own modules, its streaming dataset for one): the calls dpobs makes inside it are marked as
+its own (instrumentation.own_calls) and pass through every patched entry point.
 
 Code that bound a function before instrumenting (`from transfer_queue import kv_put`) keeps
 the unmeasured one, as with any OpenTelemetry instrumentor. dpobs never fails a call it
@@ -28,8 +31,8 @@ import functools
 import inspect
 from typing import Collection
 
-from .instrumentation import Instrumentor, PerProcess
-from .transferqueue import MEASURED
+from ..instrumentation import MEASURED, Instrumentor, PerProcess, is_own_call
+from .package import _instruments
 
 __all__ = ["TransferQueueInstrumentor", "KV_FUNCTIONS"]
 
@@ -55,14 +58,14 @@ def _measured(name: str, original, per_process: PerProcess):
     if inspect.iscoroutinefunction(original):
         @functools.wraps(original)
         async def measured(*args, **kwargs):
-            adapter = per_process.adapter()
+            adapter = None if is_own_call() else per_process.adapter()
             if adapter is None:
                 return await original(*args, **kwargs)
             return await getattr(adapter, name)(*args, **kwargs)
     else:
         @functools.wraps(original)
         def measured(*args, **kwargs):
-            adapter = per_process.adapter()
+            adapter = None if is_own_call() else per_process.adapter()
             if adapter is None:
                 return original(*args, **kwargs)
             return getattr(adapter, name)(*args, **kwargs)
@@ -74,20 +77,20 @@ class TransferQueueInstrumentor(Instrumentor):
     """See the module docstring. One instance per process (BaseInstrumentor is a singleton)."""
 
     def instrumentation_dependencies(self) -> Collection[str]:
-        return ("transferqueue == 0.1.11",)
+        return _instruments
 
     def _instrument(self, **kwargs):
         import transfer_queue
 
-        from .transferqueue import InstrumentedTransferQueue
-        from .tq_client import ClientPatches
+        from .client import ClientPatches
+        from .kv import InstrumentedTransferQueue
 
         originals = {name: getattr(transfer_queue, name) for name in KV_FUNCTIONS}
         module = _Originals(transfer_queue, originals)
         self._per_process = PerProcess(lambda tel: InstrumentedTransferQueue(tel, module),
                                        "TransferQueue", kwargs.get("telemetry"))
         self._originals = originals
-        self._clients = ClientPatches(transfer_queue, self._per_process.telemetry)
+        self._clients = ClientPatches(self._per_process.telemetry)
         for name, fn in originals.items():
             setattr(transfer_queue, name, _measured(name, fn, self._per_process))
         self._clients.install()

@@ -17,8 +17,9 @@ import torch
 import transfer_queue as tq
 from helpers import scrape, value
 from tensordict import NonTensorStack, TensorDict
-from tq_fixtures import BYTES, KEYS, MISSING, OPS, T, cluster, make_tel  # noqa: F401
-from dpobs_otel.adapters.tq_local import call
+from helpers.transferqueue import BYTES, KEYS, MISSING, OPS, T
+
+from dpobs_otel.testing.transferqueue import call
 
 import dpobs_otel.adapters.transferqueue as dtq
 from dpobs_otel.guard import DIGEST_PREFIX

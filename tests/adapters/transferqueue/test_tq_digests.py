@@ -5,8 +5,8 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-from dpobs_otel.adapters.tq_digests import (digest_columns, digests_to_tags, strip_digest_tags,
-                                            without_digest_tags)
+from dpobs_otel.adapters.transferqueue.digests import (digest_columns, digests_to_tags,
+                                                      strip_digest_tags, without_digest_tags)
 from dpobs_otel.guard import (DIGEST_PREFIX, NONTENSOR_SENTINEL, UNRECORDED_SENTINEL,
                               digest_name)
 

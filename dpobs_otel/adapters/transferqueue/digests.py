@@ -2,14 +2,14 @@
 
 The guard hands the data plane one digest column per tensor field (`__dpobs_digest_v2__:<field>`,
 int64 (N,)). TransferQueue stores and gathers every field row by row, so those columns
-doubled the fields a guarded put writes and a guarded read fetches: get took 1.85x as long as
-bare on a 4-field batch. TransferQueue also keeps per-row tags (its `custom_meta`), which a
-read fetches with the metadata it looks up before any data moves. So on TransferQueue the
-digests travel as tags.
+doubled the fields a guarded put writes and a guarded read fetches, and a guarded get cost
+nearly twice a bare one (docs/performance.md, "TransferQueue"). TransferQueue also keeps
+per-row tags (its `custom_meta`), which a read fetches with the metadata it looks up before
+any data moves. So on TransferQueue the digests travel as tags.
 
 One tag entry per row and write, not one per field: TransferQueue copies and serialises each
-row's tags several times per call, and per entry that cost showed (256 rows, 4 fields: 1.12x
-bare put with four int entries, 1.05x with one bytes entry). The entry's name is the digest
+row's tags several times per call, and that cost grows with the entries (measured in the same
+section). The entry's name is the digest
 prefix and the written fields, `__dpobs_digest_v2__:tok,adv,mask,score`; its value is bytes,
 one little-endian int64 per field in that order (a digest in [0, 2^32), or a sentinel).
 
@@ -37,7 +37,7 @@ import functools
 import numpy as np
 import torch
 
-from ..guard import (DIGEST_PREFIX, NONTENSOR_SENTINEL, UNRECORDED_SENTINEL, digest_name,
+from ...guard import (DIGEST_PREFIX, NONTENSOR_SENTINEL, UNRECORDED_SENTINEL, digest_name,
                      is_digest_field)
 
 _WORD = np.dtype("<i8")  # the entry's byte layout, whatever the host's order

@@ -3,7 +3,7 @@
 
 Starter process::
 
-    from dpobs_otel.adapters.tq_local import start, stop, call
+    from dpobs_otel.testing.transferqueue import start, stop, call
     handle = start()                    # ray (2 logical CPUs) + tq with ONE storage unit
     try:
         call(tq.kv_batch_put, keys=[...], partition_id="p", fields=td)
@@ -13,7 +13,7 @@ Starter process::
 
 Child process (same machine, same user: Ray's auth token lives in ~/.ray)::
 
-    from dpobs_otel.adapters.tq_local import attach, detach
+    from dpobs_otel.testing.transferqueue import attach, detach
     attach(address)                     # ray.init(address=...) + tq.init() -> client only
     try:
         ...                             # kv_* calls work as in the starter
@@ -30,9 +30,11 @@ interfaces), runs no dashboard, and its usage stats are off (they probe the clou
 service, 169.254.169.254). `_node_ip_address="127.0.0.1"` alone does not do it: Ray turns a
 loopback address into the machine's reachable one unless it runs in its local-only mode
 (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, read when ray is imported). `LOOPBACK_ENV` holds these
-switches; importing this module sets them, and children inherit them.
+switches; start() and attach() set them in os.environ before they import ray (importing this
+module changes nothing), and children inherit them. A process that imports ray before
+either must set them itself first (tests/conftest.py does).
 
-Run ``python -m dpobs_otel.adapters.tq_local`` for a self-check (starter + child process).
+Run ``python -m dpobs_otel.testing.transferqueue`` for a self-check (starter + child process).
 """
 
 from __future__ import annotations
@@ -53,7 +55,6 @@ NUM_CPUS = 2  # logical; exactly controller + one unit.  Raise it if tests add a
 LOOPBACK_IP = "127.0.0.1"
 # Environment for every process that starts or joins Ray here (set before `import ray`).
 LOOPBACK_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
-os.environ.update(LOOPBACK_ENV)
 
 _started_here = False  # True only in the process whose start() created the TQ actors
 _attached_here = False
@@ -195,7 +196,7 @@ def stop() -> None:
 _CHILD = """
 import sys, torch, transfer_queue as tq
 from tensordict import TensorDict
-from dpobs_otel.adapters.tq_local import attach, detach, call
+from dpobs_otel.testing.transferqueue import attach, detach, call
 attach({address!r})
 try:
     print("child sees", sorted(call(tq.kv_list, "p")["p"]))

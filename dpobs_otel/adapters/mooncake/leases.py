@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 
-from .mooncake_store import HAS_LEASE, NOT_FOUND
+from .store import HAS_LEASE, NOT_FOUND
 
 log = logging.getLogger("dpobs_otel.adapters.mooncake")
 

@@ -12,10 +12,12 @@ import torch
 import transfer_queue as tq
 from helpers import scrape, value
 from tensordict import TensorDict
-from tq_fixtures import MISSING, OPS, T, cluster, make_tel  # noqa: F401
-from dpobs_otel.adapters.tq_local import call
+from helpers.transferqueue import MISSING, OPS, T
+
+from dpobs_otel.testing.transferqueue import call
 
 import dpobs_otel.adapters.transferqueue as dtq
+from dpobs_otel.adapters.transferqueue import kv
 
 
 # -- every kv_* entry point of the installed TransferQueue, failures included -----------
@@ -92,7 +94,7 @@ def test_dropped_rows_logged_once_per_partition_per_minute(cluster, make_tel, ca
     tel = make_tel(False)
     q = dtq.instrument(tel)
     now = [1000.0]
-    monkeypatch.setattr(dtq, "_clock", lambda: now[0], raising=False)
+    monkeypatch.setattr(kv, "_clock", lambda: now[0])
     td = TensorDict({"x": torch.tensor([[1, 1], [2, 2]])}, batch_size=[2])
     for pid in ("drop1", "drop2"):
         call(q.kv_batch_put, ["a", "b"], pid, td, timeout_s=T)

@@ -1,6 +1,6 @@
 """MooncakeDataPlane against a real mooncake_master on loopback: the in-memory store's cases,
 every dtype and layout, the listing's slots, re-reads, and clears that meet a read lease.
-Skipped only when the mooncake wheel is not installed (mooncake_harness)."""
+Skipped only when the mooncake wheel is not installed (helpers.mooncake)."""
 from __future__ import annotations
 
 import time
@@ -10,14 +10,13 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from tensordict import TensorDict
 
-from mooncake_harness import (IDS, MooncakeDataPlane, _batch_n, _bits, _Blinking, _master_keys,
-                              _ns)
-from mooncake_harness import dp, master, store  # noqa: F401  fixtures
-from stores.test_memory import _batch  # the in-memory store's cases, mirrored
-from test_client import payloads  # the core suite's payload strategy
+from helpers.mooncake import (IDS, Blinking, MooncakeDataPlane, batch_n, bits, master_keys,
+                              namespaces)
+from helpers.payloads import payloads  # the core suite's payload strategy
+from helpers.payloads import three_rows as _batch  # the in-memory store's cases, mirrored
 
-from dpobs_otel.adapters.mooncake_index import COMPACT_EVERY
-from dpobs_otel.adapters.mooncake_leases import DeferredRemovals
+from dpobs_otel.adapters.mooncake.index import COMPACT_EVERY
+from dpobs_otel.adapters.mooncake.leases import DeferredRemovals
 
 
 # -- the protocol, mirroring tests/stores/test_memory.py ------------------------------
@@ -53,7 +52,7 @@ def test_every_dtype_and_shape_round_trips_bit_exact(dp, dtype, shape):
     dp.put_samples(ids, "p", TensorDict({"x": t}, batch_size=[shape[0]]))
     out = dp.get_samples(ids[::-1], "p")["x"]  # row by row, reversed
     assert out.dtype == dtype and out.shape == torch.Size(shape)  # (N,) stays (N,)
-    assert _bits(out) == _bits(t[torch.arange(shape[0] - 1, -1, -1)])
+    assert bits(out) == bits(t[torch.arange(shape[0] - 1, -1, -1)])
 
 
 def test_non_contiguous_and_expanded_views_round_trip(dp):
@@ -151,7 +150,7 @@ def test_empty_requests(dp):
 
 def _rows(v):
     if isinstance(v, torch.Tensor):
-        return [(r.dtype, tuple(r.shape), _bits(r)) for r in v.unbind(0)]
+        return [(r.dtype, tuple(r.shape), bits(r)) for r in v.unbind(0)]
     return v.tolist()
 
 
@@ -163,7 +162,7 @@ def test_random_payloads_round_trip_and_count_exactly(tel, dp, payload):
     jagged rows, any non-tensor value) through a measured MooncakeDataPlane."""
     td, truth, exact = payload
     c = tel.instrument(dp)
-    ids = [f"h{next(_ns)}-{i}" for i in range(td.batch_size[0])]
+    ids = [f"h{next(namespaces)}-{i}" for i in range(td.batch_size[0])]
     before = tel.stats.ops["put"].write_bytes if "put" in tel.stats.ops else 0
     c.put_samples(ids, "hyp", td)
     out = c.get_samples(ids, "hyp")
@@ -183,7 +182,7 @@ def test_random_payloads_round_trip_and_count_exactly(tel, dp, payload):
 
 def test_writers_slots_order_clears_and_re_puts_and_stay_compact(store):
     """Two planes (two owners, as two processes would be) on one partition."""
-    ns = f"t{next(_ns)}"
+    ns = f"t{next(namespaces)}"
     a, b = (MooncakeDataPlane(store, namespace=ns) for _ in range(2))
     one = TensorDict({"x": torch.ones(1)}, [1])
     a.put_samples(["x"], "p", one)
@@ -207,10 +206,10 @@ def test_writers_slots_order_clears_and_re_puts_and_stay_compact(store):
 
 @pytest.mark.parametrize("which", ["manifest", "value"])
 def test_a_key_caught_mid_rewrite_is_read_once_more(store, which):
-    writer = MooncakeDataPlane(store, namespace=f"t{next(_ns)}")
+    writer = MooncakeDataPlane(store, namespace=f"t{next(namespaces)}")
     writer.put_samples(IDS, "p", _batch())
     key = writer._row_key("p", "b") + ("/adv" if which == "value" else "")
-    blinking = _Blinking(store, key)
+    blinking = Blinking(store, key)
     reader = MooncakeDataPlane(blinking, namespace=writer._ns)
     assert reader.get_samples(IDS, "p")["adv"].tolist() == [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]
     assert blinking.blinked == 1
@@ -225,11 +224,11 @@ def test_remove_right_after_a_read_meets_the_lease(store):
 
 
 def test_put_read_clear_loop_does_not_leak_leased_rows(dp, master):
-    ns_keys = lambda: [k for k in _master_keys(master) if k.startswith(dp._ns + "/")]  # noqa: E731
+    ns_keys = lambda: [k for k in master_keys(master) if k.startswith(dp._ns + "/")]  # noqa: E731
     pending_seen = []
     for step in range(6):
         ids = [f"s{step}-{i}" for i in range(8)]
-        dp.put_samples(ids, "loop", _batch_n(8))
+        dp.put_samples(ids, "loop", batch_n(8))
         dp.get_samples(ids, "loop")  # every key read: each remove meets a lease
         dp.clear_samples(ids, "loop")
         pending_seen.append(dp.pending_clears)

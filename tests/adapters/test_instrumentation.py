@@ -1,0 +1,162 @@
+"""The instrumentors' shared base (adapters/instrumentation.py): the mark of dpobs's own calls
+and where it reaches, each package's declared instrumented packages against its extra and
+entry point, and dpobs starting on the first measured call in each process."""
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import os
+import subprocess
+import sys
+import threading
+import tomllib
+import types
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from helpers import scrape, value
+from helpers.transferqueue import KEYS, OPS
+from packaging.requirements import Requirement
+
+from dpobs_otel import auto
+from dpobs_otel.adapters.instrumentation import Instrumentor, OwnCalls, is_own_call, own, own_calls
+
+PYPROJECT = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+PACKAGES = {"transferqueue": "TransferQueueInstrumentor", "mooncake": "MooncakeInstrumentor"}
+
+
+def test_own_calls_marks_the_block_only():
+    assert not is_own_call()
+    with own_calls():
+        assert is_own_call()
+        with own_calls():
+            assert is_own_call()
+        assert is_own_call()  # the inner block restores the outer mark, not "unmarked"
+    assert not is_own_call()
+    try:
+        with own_calls():
+            raise KeyError
+    except KeyError:
+        pass
+    assert not is_own_call()
+    assert own(is_own_call)() and not is_own_call()
+
+
+def test_the_mark_stays_on_its_thread_but_rides_into_submitted_coroutines():
+    # Why the adapters set it on the thread that makes the calls: an executor's thread does
+    # not see it; a coroutine submitted from a marked thread to a loop elsewhere does.
+    loop = asyncio.new_event_loop()
+    runner = threading.Thread(target=loop.run_forever, daemon=True)
+    runner.start()
+
+    async def seen():
+        return is_own_call()
+
+    async def from_executor():
+        with own_calls():
+            return await asyncio.get_running_loop().run_in_executor(pool, is_own_call)
+
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            assert asyncio.run(from_executor()) is False
+            with own_calls():
+                assert pool.submit(is_own_call).result() is False
+                assert asyncio.run_coroutine_threadsafe(seen(), loop).result() is True
+            assert asyncio.run_coroutine_threadsafe(seen(), loop).result() is False
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        runner.join(10)
+        loop.close()
+
+
+def test_own_calls_proxy_marks_every_method_call_on_any_thread():
+    store = types.SimpleNamespace(get=lambda key: (key, is_own_call()), size=3)
+    own_store = OwnCalls(store)
+    assert own_store.size == 3
+    assert own_store.get("k") == ("k", True)
+    with ThreadPoolExecutor(1) as pool:
+        assert pool.submit(own_store.get, "t").result() == ("t", True)
+    assert store.get("k") == ("k", False)  # the store itself is left as it was
+
+
+def _requirements(specs) -> set[tuple[str, str]]:
+    return {(r.name.lower().replace("_", "-"), str(r.specifier))
+            for r in map(Requirement, specs)}
+
+
+def test_each_package_declares_what_its_extra_installs():
+    extras = PYPROJECT["project"]["optional-dependencies"]
+    for name, cls in PACKAGES.items():
+        package = importlib.import_module(f"dpobs_otel.adapters.{name}.package")
+        instrumentor = getattr(importlib.import_module(f"dpobs_otel.adapters.{name}"), cls)
+        assert tuple(instrumentor().instrumentation_dependencies()) == package._instruments
+        declared = package._instruments or getattr(package, "_instruments_any", ())
+        # every extra's requirement is one the package names; with _instruments, exactly
+        assert _requirements(extras[name]) <= _requirements(declared), name
+        if package._instruments:
+            assert _requirements(extras[name]) == _requirements(package._instruments), name
+
+
+def test_entry_points_and_dpobs_auto_name_each_package_s_instrumentor():
+    points = PYPROJECT["project"]["entry-points"]["opentelemetry_instrumentor"]
+    assert points == {"transfer_queue": "dpobs_otel.adapters.transferqueue:"
+                                        "TransferQueueInstrumentor",
+                      "mooncake": "dpobs_otel.adapters.mooncake:MooncakeInstrumentor"}
+    for target in points.values():
+        where, cls = target.split(":")
+        assert issubclass(getattr(importlib.import_module(where), cls), Instrumentor)
+    assert {f"dpobs_otel.adapters.{m}:{c}" for m, c in auto.TARGETS.values()} == set(
+        points.values())
+
+
+def test_importing_a_package_imports_its_instrumentor_alone():
+    # The OpenTelemetry launcher imports every entry point's package at start-up.
+    code = ("import sys, dpobs_otel.adapters.transferqueue, dpobs_otel.adapters.mooncake\n"
+            "print(sorted(m for m in ('torch', 'transfer_queue', 'mooncake', 'tensordict')"
+            " if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr[-2000:]
+
+
+def test_dpobs_starts_on_first_call_and_again_in_a_forked_child(tmp_path, monkeypatch):
+    from dpobs_otel.adapters.instrumentation import PerProcess
+    from dpobs_otel.adapters.transferqueue import InstrumentedTransferQueue
+    from dpobs_otel.adapters.transferqueue.instrumentor import _Originals
+
+    for var in ("DPOBS_PORT", "DPOBS_VERIFY_TENSOR_HASH", "DPOBS_SD_DIR"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("DPOBS_ROLE", "forked")
+    listing = {"p": {"a": {}, "b": {}}}
+    module = types.SimpleNamespace(kv_list=lambda partition_id=None: listing)
+    originals = _Originals(module, {"kv_list": module.kv_list})
+    per_process = PerProcess(lambda tel: InstrumentedTransferQueue(tel, originals), "test")
+    assert per_process.started is None  # importing and instrumenting start nothing
+    try:
+        assert per_process.adapter().kv_list("p") == listing
+        parent = per_process.started
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: its first call starts its own dpobs
+            code = 1
+            try:
+                per_process.adapter().kv_list("p")
+                child = per_process.started
+                s = scrape(child)
+                os.write(w, json.dumps([child.endpoint, value(s, OPS, op="list")]).encode())
+                child.shutdown()
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(w)
+        with os.fdopen(r) as f:
+            child_endpoint, child_lists = json.loads(f.read() or "[null, 0]")
+        assert os.waitpid(pid, 0)[1] == 0
+        assert child_endpoint not in (None, parent.endpoint) and child_lists == 1
+        assert value(scrape(parent), OPS, op="list") == 1  # the child's call is not here
+        assert value(scrape(parent), KEYS, op="list") == 2
+    finally:
+        per_process.close()
+
+
