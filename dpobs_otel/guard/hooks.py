@@ -29,6 +29,7 @@ from typing import Callable
 import torch
 
 from .. import nested
+from . import pool
 from .columns import (NONTENSOR_SENTINEL, UNRECORDED_SENTINEL, digest_name, field_key,
                       is_digest_field, is_non_tensor, is_tensordict, label, leaves,
                       other_version_fields, strip_digests)
@@ -153,11 +154,14 @@ class WireGuard:
         if len(bs) > 1:
             out.batch_size = bs[:1]  # digest columns are (N,)
         salts = _Salts(sample_ids, partition_id)
+        todo = []
         for path, value in leaves(fields):
             if is_digest_field(path[0]):
                 self._skip("reserved_name")  # a caller-supplied column under our prefix
                 continue
-            digest = self._record(path, value, salts, n)
+            todo.append((path, value))
+        done = _spread(lambda item: self._record(item[0], item[1], salts, n), todo, salts)
+        for (path, _), digest in zip(todo, done):
             if digest is not None:
                 out.set(digest_name(path), digest)
         return out
@@ -199,7 +203,7 @@ class WireGuard:
         if select_fields is not None:
             selected = {f if isinstance(f, tuple) else (f,) for f in select_fields}
         salts = _Salts(sample_ids, partition_id) if len(sample_ids) == n else None
-        tally = _ReadTally()
+        todo = []
         for path, value in leaves(result):
             if len(path) == 1 and path[0] in top_digests:
                 continue
@@ -213,8 +217,15 @@ class WireGuard:
                     self._skip(reason)
                 self.counts.add("unverified", label(path), n)
                 continue
-            self._check_field(path, value, result.get(digest_name(path)), salts, tally,
-                              sample_ids, partition_id)
+            todo.append((path, value, result.get(digest_name(path))))
+        found = _spread(lambda item: self._check_field(*item, salts), todo, salts)
+        tally = _ReadTally()
+        for (path, value, _), mismatched in zip(todo, found):
+            if mismatched is not None:
+                tally.checked += mismatched[0]
+                tally.mismatched += len(mismatched[1])
+                self._log_rows(label(path), value, mismatched[1], tally, sample_ids,
+                               partition_id)
         self._summarise(tally, partition_id)
 
     @staticmethod
@@ -238,7 +249,9 @@ class WireGuard:
             return "row_count_mismatch"  # rows are not in the order asked: no id to salt with
         return None
 
-    def _check_field(self, path, value, stored, salts, tally, sample_ids, partition_id):
+    def _check_field(self, path, value, stored, salts):
+        """Recompute and compare one field (on any of the hook's threads): None if it could
+        not be checked, else (rows checked, the mismatched rows' indices)."""
         field = label(path)
         n = stored.shape[0]
         try:
@@ -246,11 +259,11 @@ class WireGuard:
         except UnsupportedField as u:
             self._skip(u.reason)
             self.counts.add("unverified", field, n)
-            return
+            return None
         except Exception as exc:
             self._fail(exc)
             self.counts.add("unverified", field, n)
-            return
+            return None
         stored = stored.to(computed.device)
         recorded = (stored != UNRECORDED_SENTINEL) & (stored != NONTENSOR_SENTINEL)
         diff = (computed != stored) & recorded
@@ -261,11 +274,7 @@ class WireGuard:
             # mismatched is exported from the first check on, at 0 if clean: then the first
             # corrupted row is an increase Prometheus sees, not a series that appears at 1.
             self.counts.add("checked", field, n_rec, also=("mismatched", n_mis))
-            tally.checked += n_rec
-        if n_mis:
-            tally.mismatched += n_mis
-            self._log_rows(field, value, diff.nonzero().flatten().tolist(), tally, sample_ids,
-                           partition_id)
+        return n_rec, diff.nonzero().flatten().tolist() if n_mis else []
 
     @staticmethod
     def _log_rows(field, value, rows, tally, sample_ids, partition_id):
@@ -302,6 +311,33 @@ class WireGuard:
             self._on_internal_error("guard", exc)
         except Exception:
             pass
+
+
+def _spread(fn, items: list, salts: _Salts) -> list:
+    """[fn(x) for x in items], largest tensors first over the hook's threads (pool.spread)
+    when every tensor is on the CPU; in order on this thread otherwise, so that accelerator
+    work stays on the caller's current stream."""
+    values = [item[1] for item in items]
+    if len(items) < 2 or not all(v.device.type == "cpu" for v in values
+                                 if isinstance(v, torch.Tensor)):
+        return [fn(x) for x in items]
+    salts.on("cpu")  # once, before the threads that share it
+    order = sorted(range(len(items)), key=lambda i: -_nbytes(values[i]))
+    done = pool.spread(fn, [items[i] for i in order])
+    out: list = [None] * len(items)
+    for i, d in zip(order, done):
+        out[i] = d
+    return out
+
+
+def _nbytes(value) -> int:
+    """A leaf's size, for the order only (0 for anything unusual: never raises)."""
+    try:
+        if value.is_nested:
+            return nested.values(value).nbytes
+        return value.nbytes
+    except Exception:
+        return 0
 
 
 def _row_lengths(value: torch.Tensor, rows: list[int]) -> list:

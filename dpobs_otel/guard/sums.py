@@ -6,18 +6,20 @@ reference.py specifies; no unsigned tensor is ever created, so the same code run
 
 CPU chunks. Each op works on at most CPU_CHUNK_WORDS words, just under torch's parallel grain
 size (32768 elements), so it runs on the thread that called it: no OpenMP barrier to stall on
-when the machine is busy (docs/performance.md, "The wire guard", has the figure). Up to `_workers()` Python threads can share the
-chunks instead (torch releases the GIL inside every op); MAX_WORKERS says why that is one.
-Accelerators take a field in one chunk, with no host sync.
+when the machine is busy (docs/performance.md, "The wire guard", has the figure). Up to
+`_workers()` Python threads share a field's chunks instead (pool.share; torch releases the
+GIL inside every op): as many as the hook's caller has intra-op threads, so a put or get
+uses the cores its own torch ops would. Accelerators take a field in one chunk, with no host
+sync.
 """
 from __future__ import annotations
 
-import functools
 import itertools
 import threading
 
 import torch
 
+from . import pool
 from .reference import MIX_SHIFT, R, R_INV, s32
 
 BLOCK = 64  # words per block of the flat path's prefix sums
@@ -25,11 +27,10 @@ CPU_CHUNK_WORDS = 511 * BLOCK  # 32704: under the grain size, a whole number of 
 # With one intra-op thread no op can go parallel: chunks this many times larger (512 KB) cut
 # the per-op dispatch cost while staying in L2.
 SERIAL_FACTOR = 4
-# Python threads sharing a field's chunks. One: each chunk's ops are short, and handing the
-# GIL back and forth between two workers cost more than the second core gave (measured in
-# docs/performance.md). Raise it where cores are many and chunks long; the tests run the
-# shared-chunk path with several.
-MAX_WORKERS = 1
+# Python threads sharing a field's chunks, at most. Each chunk's ops hold the GIL only while
+# they are dispatched, a small part of a chunk (the serial chunks are SERIAL_FACTOR times
+# larger); past a few threads the GIL, not the cores, is the limit (docs/performance.md).
+MAX_WORKERS = 8
 MAX_TABLES = 256  # short power tables kept (per base, length and device)
 # Positions per piece of the row-boundary lookups on the CPU: each piece's (positions, 64)
 # ops then stay under the grain size, like the chunks. (The gather itself never goes
@@ -117,36 +118,6 @@ def mix_into(w: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     return out.bitwise_xor_(w)
 
 
-def serial_here() -> bool:
-    """Limit OpenMP to one thread for the calling thread alone (an OpenMP thread count is
-    per calling thread), so that torch.get_num_threads() is 1 here: the chunks are then
-    SERIAL_FACTOR times larger and no op goes parallel. For the guard's own helper threads
-    (guard/pool.py), never a caller's. False where torch's OpenMP library is not found."""
-    torch.get_num_threads()  # torch's lazy per-thread set-up first: it would undo ours
-    lib = _openmp()
-    if lib is None:
-        return False
-    lib.omp_set_num_threads(1)
-    return torch.get_num_threads() == 1
-
-
-@functools.lru_cache(maxsize=1)
-def _openmp():
-    """The OpenMP runtime torch loaded (its wheels ship libgomp, or Intel's libiomp5)."""
-    import ctypes
-    import glob
-    import os
-
-    here = os.path.join(os.path.dirname(torch.__file__), "lib")
-    for pattern in ("libgomp*.so*", "libiomp5*.so*"):
-        for path in sorted(glob.glob(os.path.join(here, pattern))):
-            try:
-                return ctypes.CDLL(path)  # already loaded by torch: the same handle
-            except OSError:
-                continue
-    return None
-
-
 def _cpu_chunk() -> int:
     return CPU_CHUNK_WORDS * (SERIAL_FACTOR if torch.get_num_threads() == 1 else 1)
 
@@ -157,16 +128,15 @@ def one_chunk(device) -> bool:
 
 
 def _workers(n_chunks: int) -> int:
-    """Threads for n_chunks CPU chunks: torch's intra-op thread count (so `--threads 1` or
+    """Threads for n_chunks CPU chunks: the hook's caller's intra-op thread count (pool.width:
     torch.set_num_threads(1) keeps it on one core), at most MAX_WORKERS, >= 4 chunks each."""
-    return max(1, min(torch.get_num_threads(), MAX_WORKERS, n_chunks // 4))
+    return max(1, min(pool.width(), MAX_WORKERS, n_chunks // 4))
 
 
 def _run_chunks(body, n_chunks: int, make_scratch) -> None:
     """body(i, scratch) for every chunk i, each exactly once, in any order, each thread with
-    its own `make_scratch()`. Helpers are short-lived (fork-safe: nothing persists between
-    calls) and pull chunk indices from one shared counter, so a helper the OS has
-    descheduled delays nobody: the others take its chunks."""
+    its own `make_scratch()`. The threads (pool.share) pull chunk indices from one shared
+    counter, so a helper the OS has descheduled delays nobody: the others take its chunks."""
     workers = _workers(n_chunks)
     if workers <= 1:
         scratch = make_scratch()
@@ -178,21 +148,17 @@ def _run_chunks(body, n_chunks: int, make_scratch) -> None:
 
     def work() -> None:
         try:
-            scratch = make_scratch()
+            scratch = None
             for i in counter:
                 if i >= n_chunks or errors:
                     return
+                if scratch is None:  # none for a helper that arrives too late
+                    scratch = make_scratch()
                 body(i, scratch)
         except BaseException as e:  # re-raised in the caller
             errors.append(e)
 
-    helpers = [threading.Thread(target=work, name="dpobs-fingerprint", daemon=True)
-               for _ in range(workers - 1)]
-    for t in helpers:
-        t.start()
-    work()
-    for t in helpers:
-        t.join()
+    pool.share(work, workers)
     if errors:
         raise errors[0]
 

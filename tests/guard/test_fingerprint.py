@@ -6,12 +6,13 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tensordict import TensorDict
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from dpobs_otel import nested
 from dpobs_otel.guard import fingerprint as fp
 from dpobs_otel.guard import reference as spec
-from dpobs_otel.guard import sums
+from dpobs_otel.guard import pool, sums
 from dpobs_otel.guard.fingerprint import field_digests, id_salts
 from dpobs_otel.guard.reference import reference_digest
 
@@ -133,6 +134,31 @@ def test_threaded_chunks_equal_one_thread_and_reference(monkeypatch):
     assert (digests(nt, ids), digests(dense, ids)) == one
     assert one[0] == reference(rows, ids)
     assert one[1] == reference(list(dense.unbind(0)), ids)
+
+
+def test_a_hooks_chunks_spread_over_its_callers_threads_equal_the_reference(monkeypatch):
+    """The path a put takes: on a guard helper, spread over the caller's thread count
+    (pool.width) through the crew, every dtype width and both kernels."""
+    g = torch.Generator().manual_seed(5)
+    rows = [rand((n,), torch.int64, g) for n in torch.randint(0, 90, (150,), generator=g)]
+    fields = {"tokens": torch.nested.nested_tensor(rows, layout=torch.jagged),
+              "bf16": rand((150, 21), torch.bfloat16, g), "mask": rand((150, 13), torch.bool, g)}
+    ids = [f"s{i}" for i in range(150)]
+    monkeypatch.setattr(sums, "CPU_CHUNK_WORDS", sums.BLOCK)
+    spread = []
+    real = sums._workers
+    monkeypatch.setattr(sums, "_workers", lambda n: spread.append(real(n)) or spread[-1])
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(3)
+        got = {k: pool.run(digests, v, ids, k, where=TensorDict({k: v}, batch_size=[150]))
+               for k, v in fields.items()}
+    finally:
+        torch.set_num_threads(before)
+    assert max(spread) == 3  # the caller's three threads, not the helper's one
+    assert got["tokens"] == reference(rows, ids, "tokens")
+    for k in ("bf16", "mask"):
+        assert got[k] == reference(list(fields[k].unbind(0)), ids, k)
 
 
 def test_threaded_chunks_raise_a_helper_threads_error(monkeypatch):
