@@ -24,11 +24,22 @@ UNSIZED = "\x00unsized"
 
 
 class _Group:
-    __slots__ = ("keys", "bytes")
+    """Keys and per-field bytes of fields written together. A fresh group keeps the ids of
+    its one put as a list and builds the set only when something needs it (a second put, a
+    partial clear, a listing): the common cycle, put then clear of the same ids, never does."""
 
-    def __init__(self, keys: set, nbytes: dict[str, float]):
-        self.keys = keys
+    __slots__ = ("_keys", "_put", "bytes")
+
+    def __init__(self, ids, nbytes: dict[str, float]):
+        self._keys: set | None = None
+        self._put: list | None = list(ids)  # a copy: the caller may reuse its list
         self.bytes = nbytes  # field -> bytes; the group's fields are this dict's keys
+
+    @property
+    def keys(self) -> set:
+        if self._keys is None:
+            self._keys, self._put = set(self._put), None
+        return self._keys
 
     def replace(self, ids, nbytes: dict[str, int]) -> None:
         """Put `ids` for every field of the group: the overlap's share of each field is
@@ -43,13 +54,18 @@ class _Group:
             b[f] = b[f] * keep + nbytes.get(f, 0)
 
     def release(self, ids) -> None:
-        keys = self.keys
-        before = len(keys)
-        keys.difference_update(ids)
-        if len(keys) != before:
+        if self._put is not None and ids == self._put:  # exactly the rows put: all of them
+            self._keys, self._put = set(), None
+            keep = 0.0
+        else:
+            keys = self.keys
+            before = len(keys)
+            keys.difference_update(ids)
+            if len(keys) == before:
+                return
             keep = len(keys) / before
-            for f in self.bytes:
-                self.bytes[f] *= keep
+        for f in self.bytes:
+            self.bytes[f] *= keep
 
 
 class _Partition:
@@ -72,13 +88,13 @@ class _Partition:
                 g = self._split(g, [f for f in g.bytes if f in nbytes])
             g.replace(ids, nbytes)
         if new:
-            g = _Group(set(ids), {f: nbytes[f] for f in new})
+            g = _Group(ids, {f: nbytes[f] for f in new})
             self.groups.append(g)
             for f in new:
                 by_field[f] = g
 
     def _split(self, g: _Group, fields: list[str]) -> _Group:
-        part = _Group(set(g.keys), {f: g.bytes.pop(f) for f in fields})
+        part = _Group(g.keys, {f: g.bytes.pop(f) for f in fields})
         self.groups.append(part)
         for f in fields:
             self.by_field[f] = part
@@ -117,7 +133,7 @@ class Occupancy:
     def add(self, partition: str, ids, nbytes: dict[str, int]) -> None:
         p = self.parts.get(partition)
         if p is None:  # a fresh partition: one group of every field, no overlap to judge
-            self.parts[partition] = _Partition(_Group(set(ids), dict(nbytes)))
+            self.parts[partition] = _Partition(_Group(ids, dict(nbytes)))
         else:
             p.put(ids, nbytes)
         if self.recent is not None:

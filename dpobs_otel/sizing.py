@@ -197,6 +197,8 @@ def encoded_size(obj, budget: int = NODE_BUDGET) -> int:
     """len(msgpack.packb(obj)), bounded: a scalar or a small flat container is measured by
     msgpack's C encoder (faster than any walk); anything else by a walk that is exact while
     under `budget` nodes, then extrapolates, so the cost follows the budget, not the data."""
+    if type(obj) is str and obj.isascii():  # the common non-tensor leaf, without a walk
+        return _str_size(len(obj))
     if _flat(obj):
         try:
             return len(_packb(obj))
@@ -216,7 +218,7 @@ def _size(o, b: _Budget) -> int:
                 n = len(o.encode("utf-8"))
             except UnicodeEncodeError:  # a lone surrogate: msgpack cannot encode it either
                 return opaque_size(o)
-        return n + (1 if n < 32 else 2 if n < 256 else 3 if n < 65536 else 5)
+        return _str_size(n)
     if t is int:
         return _int_size(o)
     if t is float:
@@ -301,6 +303,11 @@ def _int_size(v: int) -> int:
     if v > 0:
         return 2 if v < 1 << 8 else 3 if v < 1 << 16 else 5 if v < 1 << 32 else 9
     return 2 if v >= -(1 << 7) else 3 if v >= -(1 << 15) else 5 if v >= -(1 << 31) else 9
+
+
+def _str_size(n: int) -> int:
+    """msgpack's size of a str of n UTF-8 bytes: the bytes and their header."""
+    return n + (1 if n < 32 else 2 if n < 256 else 3 if n < 65536 else 5)
 
 
 def _container_header(n: int) -> int:

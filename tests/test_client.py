@@ -227,40 +227,7 @@ def test_threads_and_concurrent_scrapes_keep_every_counter_exact(tel):
 
 # -- property: whatever the payload, the wrapper never raises where the store does not ----
 from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
-leaf_values = st.one_of(st.none(), st.booleans(), st.integers(-(2**63), 2**64 - 1),
-                        st.floats(allow_nan=False), st.text(max_size=20), st.binary(max_size=20),
-                        st.lists(st.integers(0, 9), max_size=5),
-                        st.builds(object))  # not msgpack-native: counted by its text
-dtypes = st.sampled_from([torch.float32, torch.bfloat16, torch.bool, torch.int64,
-                          torch.float8_e4m3fn, torch.complex64, torch.uint8])
-
-
-@st.composite
-def payloads(draw):
-    n = draw(st.integers(1, 6))
-    td, truth = TensorDict({}, batch_size=[n]), 0
-    for i in range(draw(st.integers(0, 3))):
-        shape = (n, *draw(st.lists(st.integers(0, 4), max_size=2)))
-        t = torch.zeros(shape).to(draw(dtypes))
-        if draw(st.booleans()) and t.dim() > 1:
-            t = t.transpose(0, 1).contiguous().transpose(0, 1)  # non-contiguous view
-        td[f"d{i}"] = t
-        truth += t.contiguous().nbytes
-    if draw(st.booleans()):
-        lengths = draw(st.lists(st.integers(1, 5), min_size=n, max_size=n))
-        td["j"] = torch.nested.nested_tensor([torch.ones(k) for k in lengths], layout=torch.jagged)
-        truth += sum(lengths) * 4
-    exact = True
-    if draw(st.booleans()):
-        v = draw(leaf_values)
-        td["meta"] = NonTensorData(v)
-        if type(v) is object:
-            exact = False
-        else:
-            truth += len(msgpack.packb(v))
-    return td, truth, exact
+from helpers.payloads import payloads  # noqa: E402
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -559,3 +526,21 @@ def test_a_failing_store_raises_its_own_error_on_every_op(tel, exc):
         assert value(s, "dpobs_client_operation_errors_total", op=op,
                      error_type=type(exc).__name__) == 1
     assert value(s, "dpobs_instrumentation_errors_total", component="client") is None
+
+
+def test_clearing_the_rows_just_put_releases_them_however_the_ids_are_passed(tel, client):
+    td, nbytes = _batch(3, 8)
+    ids = ["a", "b", "c"]
+    client.put_samples(ids, "p", td)
+    ids.append("d")  # the caller reuses its list: what was put is still a, b, c
+    client.clear_samples(["a", "b", "c"], "p")  # an equal list, not the same object
+    s = scrape(tel)
+    assert value(s, "dpobs_client_outstanding_keys") == 0
+    assert value(s, "dpobs_client_outstanding_size_bytes") == 0
+    client.put_samples(["a", "b", "c"], "p", _batch(3, 8)[0])
+    client.clear_samples(["c"], "p")
+    assert value(scrape(tel), "dpobs_client_outstanding_keys") == 2
+    client.clear_samples(["b", "a"], "p")  # the rest, in another order
+    s = scrape(tel)
+    assert value(s, "dpobs_client_outstanding_keys") == 0
+    assert value(s, "dpobs_client_outstanding_size_bytes") == 0
