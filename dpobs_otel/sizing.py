@@ -50,8 +50,9 @@ def _jagged_nbytes(t) -> int:
     lengths = nested.lengths(t)
     rows = int(lengths.sum()) if lengths is not None else _offsets_span(nested.offsets(t))
     per_row = values.element_size()
-    for d in values.shape[1:]:
-        per_row *= d
+    if values.dim() > 1:  # slicing a shape costs more than the common 1-d case's check
+        for d in values.shape[1:]:
+            per_row *= d
     return rows * per_row
 
 
