@@ -71,7 +71,7 @@ def start_hosts(root: str, hosts: int) -> tuple[list[subprocess.Popen], dict[int
 
 def parse_share(sd: str, timeout: float) -> float:
     """Milliseconds of parsing per call: every endpoint's body fetched once, then parsed."""
-    from dpobs_otel import scrape
+    from dpobs_otel.readback import scrape
     bodies = [scrape.fetch(t, timeout) for t in scrape.targets(sd)]
     t0 = time.perf_counter()
     for b in bodies:
@@ -80,7 +80,7 @@ def parse_share(sd: str, timeout: float) -> float:
 
 
 def measure(dirs: dict[int, str], rounds: int, timeout: float) -> dict[int, list[float]]:
-    from dpobs_otel.cluster import ClusterView
+    from dpobs_otel.readback.cluster import ClusterView
     views = {n: ClusterView(d, "dpobs-bench", timeout) for n, d in dirs.items()}
     for n, v in views.items():  # the first call is a baseline; check everyone answers
         got = v.step_metrics()

@@ -32,9 +32,7 @@ import threading
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "tests" / "cluster"))
-from cluster_harness import Agent, Central, rule_files  # noqa: E402
+from dpobs_otel.testing.prometheus import Agent, Central, rule_files
 
 JOB = "dpobs-scale"
 PER_HOST = 16
@@ -152,8 +150,7 @@ def query_cost(central: Central, expr: str, reps: int = 3) -> tuple[float, int, 
     API's stats; samples touched do not depend on how busy the box is, seconds do)."""
     runs = []
     for _ in range(reps):
-        data = central.client.get(f"{central.url}/api/v1/query",
-                                  {"query": expr, "stats": "all"})["data"]
+        data = central.api("query", query=expr, stats="all")
         runs.append((data["stats"]["timings"]["evalTotalTime"],
                      data["stats"]["samples"]["totalQueryableSamples"], len(data["result"])))
     return statistics.median(r[0] for r in runs), runs[-1][1], runs[-1][2]
@@ -163,7 +160,7 @@ def quantile_costs(central: Central) -> dict:
     """What the latency quantile rules cost as written (each aggregates every bucket series
     itself), beside that aggregation alone. Recorded once, the aggregation would be read by
     each quantile rule as one sample per recorded series."""
-    rules = [r for g in central.api("rules")["groups"] for r in g["rules"]
+    rules = [r for g in central.rules() for r in g["rules"]
              if r.get("name", "").endswith(":quantile_rate5m")]
     written = [query_cost(central, r["query"]) for r in rules]
     agg_s, agg_samples, agg_series = query_cost(
@@ -176,7 +173,7 @@ def quantile_costs(central: Central) -> dict:
 
 def costliest_rules(central: Central, top: int = 5) -> list[tuple[float, str]]:
     """The rules that took longest in their last evaluation (the rules API)."""
-    rules = [r for g in central.api("rules")["groups"] for r in g["rules"]]
+    rules = [r for g in central.rules() for r in g["rules"]]
     return sorted(((r["evaluationTime"], r.get("name", "?")) for r in rules), reverse=True)[:top]
 
 

@@ -13,7 +13,7 @@ COMMANDS = {
     "mixin": ("dpobs_otel.mixin.tree", "write every operator artifact (rules, configs, dashboards)"),
     "dashboards": ("dpobs_otel.mixin.grafana", "write the Grafana dashboards as JSON"),
     "kubernetes": ("dpobs_otel.mixin.kubernetes", "write the Kubernetes manifests"),
-    "agent": ("dpobs_otel.exporters.agent", "run the per-node Prometheus agent (remote write)"),
+    "agent": ("dpobs_otel.agent.command", "run the per-node Prometheus agent (remote write)"),
     "top": ("dpobs_otel.top.command", "a live terminal view of the answers (no Grafana)"),
 }
 

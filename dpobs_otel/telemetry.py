@@ -194,12 +194,12 @@ class Telemetry:
         """step_metrics() for every process under dpobs/cluster/, differenced against the
         previous call with the same source: a file_sd directory (every listed endpoint
         scraped now, https when this process serves TLS) or a Prometheus URL. job: only
-        that job's processes (default this process's job). Never raises (dpobs_otel/cluster.py
+        that job's processes (default this process's job). Never raises (readback/cluster.py
         says what each key means and which process counts what)."""
         try:
             view = self._cluster_views.get(source)
             if view is None:
-                from .cluster import ClusterView, tls_context_for
+                from .readback.cluster import ClusterView, tls_context_for
                 view = self._cluster_views[source] = ClusterView(
                     source, job or self.settings.job, timeout, tls_context_for(self.settings))
             return view.step_metrics()
@@ -211,7 +211,7 @@ class Telemetry:
         """(columns, rows) per op of the last cluster_step_metrics(source) window, worst
         first (cluster.breakdown): wandb.Table(columns=columns, data=rows)."""
         try:
-            from .cluster import COLUMNS
+            from .readback.cluster import COLUMNS
             view = self._cluster_views.get(source)
             return view.breakdown() if view is not None else (list(COLUMNS), [])
         except Exception as exc:

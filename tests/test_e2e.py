@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from dpobs_otel.demo.report import frac_of_step, merge, op_shares, session
-from dpobs_otel.demo.stack import Stack
+from dpobs_otel.testing.stack import Stack
 from dpobs_otel.demo.batches import Config
 
 pytestmark = pytest.mark.slow

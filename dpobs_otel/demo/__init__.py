@@ -1,3 +1,3 @@
 """`dpobs demo`: the GRPO-shaped workload (workload.py), its private Prometheus and
-Alertmanager (stack.py), and the report that sets the metrics beside the workload's truth
-(report.py)."""
+Alertmanager (testing/stack.py), and the report that sets the metrics beside the workload's
+truth (report.py)."""

@@ -29,7 +29,7 @@ from .backends import BACKENDS, available
 from .batches import Config
 from .progress import Progress
 from .report import frac_of_step, merge, op_shares, quantile, session
-from .stack import Stack, StackError, binaries
+from ..testing.stack import Stack, StackError, binaries
 
 INTERVAL = "250ms"  # the private Prometheus's scrape and evaluation interval
 SETTLE = 31  # samples every op series has before the rules are read

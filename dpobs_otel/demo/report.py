@@ -1,6 +1,6 @@
 """`dpobs demo`: the GRPO-shaped workload (workload.py) in several processes, optionally
 scraped by a private Prometheus with the deploy/ rules and alerting through Alertmanager
-(stack.py); at the end, the workload's own truth beside what the metrics say."""
+(testing/stack.py); at the end, the workload's own truth beside what the metrics say."""
 from __future__ import annotations
 
 import argparse
@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from prometheus_client.parser import text_string_to_metric_families
 
 from .. import names as nm
-from ..cluster import ClusterView, text as cluster_text
+from ..readback.cluster import ClusterView, text as cluster_text
 from .progress import Progress
-from .stack import Stack, binaries
+from ..testing.stack import Stack, binaries
 from .backends import BACKENDS, available
 from .batches import Config
 from .truth import Durations

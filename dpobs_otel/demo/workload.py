@@ -30,7 +30,7 @@ from tensordict import TensorDict
 from . import backends
 from .batches import (FIELDS_LOGPROB_PASS, FIELDS_TRAIN_PASS, PARTITION, ROLE_OPS, Config,
                       make_rows, pack, sample_ids, truth_nbytes, unpack)
-from .stack import Managed, die_with_parent
+from ..testing.processes import Managed, die_with_parent
 from .truth import Timed, Truth
 
 BARRIER_TIMEOUT_S = 300  # orphans give up after this; a live parent aborts far sooner

@@ -1,9 +1,9 @@
 """DIR/agent: what `dpobs agent` runs, shown as an example. The config comes from the agent's
-own renderer (exporters/agent.py), so the example is exactly what `dpobs agent
+own renderer (agent/config.py), so the example is exactly what `dpobs agent
 --print-config` prints for the placeholder directory, URL and node below."""
 from __future__ import annotations
 
-from dpobs_otel.exporters import agent
+from dpobs_otel.agent import config as agent
 
 SD_DIR = "/var/lib/dpobs/file_sd"
 URL = "http://central-prometheus.example:9090/api/v1/write"

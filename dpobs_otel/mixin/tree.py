@@ -55,7 +55,7 @@ def _generated_from(name: str) -> str:
 
 
 def agent_files() -> dict[str, str]:
-    """DIR/agent, from the agent's own config renderer (exporters/agent.py)."""
+    """DIR/agent, from the agent's own config renderer (agent/config.py)."""
     from .agent_example import agent_files as build
     return build()
 

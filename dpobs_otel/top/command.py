@@ -31,8 +31,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def make_source(args):
     timeout = args.timeout or min(max(args.interval, 0.5), 5.0)
     if args.prometheus:
-        from .prometheus import PrometheusSource
-        return PrometheusSource(args.prometheus, timeout=timeout)
+        from .prometheus import RulesSource
+        return RulesSource(args.prometheus, timeout=timeout)
     sd_dir = args.sd_dir or os.environ.get("DPOBS_SD_DIR")
     if not sd_dir:
         raise SystemExit("dpobs top: give --prometheus URL or --sd-dir DIR")

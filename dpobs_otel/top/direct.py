@@ -1,5 +1,5 @@
 """The answers without a Prometheus: scrape every endpoint a file_sd directory lists
-(dpobs_otel.scrape), keep each process's snapshots for a window, and compute what the
+(dpobs_otel.readback.scrape), keep each process's snapshots for a window, and compute what the
 recording rules compute from the oldest and newest snapshot in it:
 
 - rates are the difference of two snapshots over the time between them (rate() without
@@ -20,7 +20,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from .. import cluster, scrape
+from ..readback import cluster, scrape
 from .model import Answers, Job, Op, Process, worst_first
 
 

@@ -4,68 +4,45 @@ top` shows exactly what the dashboards and alerts read. Firing alerts come from 
 Prometheus's /api/v1/alerts."""
 from __future__ import annotations
 
-import json
 import math
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 
+from .. import names
+from ..readback.prometheus import Prometheus, PrometheusError
 from .model import Alert, Answers, Job, Op, Process, worst_first
 
-OP = "dpobs_client_operation_duration_seconds"
 JOB_RULES = {  # Job attribute -> the recording rule (one series per job)
-    "frac_of_step": "job:dpobs_frac_of_step:ratio_rate5m",
-    "max_frac_of_step": "job:dpobs_frac_of_step:max_ratio_rate5m",
-    "outstanding_bytes": "job:dpobs_client_outstanding_size_bytes:sum",
-    "guard_checked": "job:dpobs_guard_rows_checked:increase5m",
-    "guard_mismatched": "job:dpobs_guard_rows_mismatched:increase5m",
+    "frac_of_step": names.JOB_FRAC_OF_STEP,
+    "max_frac_of_step": names.JOB_MAX_FRAC_OF_STEP,
+    "outstanding_bytes": names.JOB_OUTSTANDING_BYTES,
+    "guard_checked": names.JOB_GUARD_CHECKED,
+    "guard_mismatched": names.JOB_GUARD_MISMATCHED,
 }
 OP_RULES = {  # Op attribute -> the recording rule (one series per job and op)
-    "share": "job_op:dpobs_operation_share:ratio_rate5m",
-    "ops_per_s": "job_op:dpobs_client_operations:rate5m",
-    "mean_s": f"job_op:{OP}:mean_rate5m",
-    "p90_s": f'job_op:{OP}:quantile_rate5m{{quantile="0.9"}}',
-    "p99_s": f'job_op:{OP}:quantile_rate5m{{quantile="0.99"}}',
+    "share": names.JOB_OP_SHARE,
+    "ops_per_s": names.JOB_OP_RATE,
+    "mean_s": names.JOB_OP_MEAN,
+    "p90_s": f'{names.JOB_OP_QUANTILE}{{quantile="0.9"}}',
+    "p99_s": f'{names.JOB_OP_QUANTILE}{{quantile="0.99"}}',
 }
-BYTES = "sum by (job, direction) (job_op_direction:dpobs_client_transferred_bytes:rate5m)"
-PER_PROCESS = "instance:dpobs_frac_of_step:ratio_rate5m"
+BYTES = f"sum by (job, direction) ({names.JOB_OP_DIRECTION_BYTES})"
+PER_PROCESS = names.INSTANCE_FRAC_OF_STEP
 # Every target that serves dpobs series carries role (file_sd or scrape config labels).
 TARGETS = 'up{role!=""}'
 WINDOW_S = 300.0  # the rules' 5m
 
 
-class PrometheusError(RuntimeError):
-    pass
+class RulesSource:
+    """top's answers from the recording rules of the Prometheus at `url`."""
 
-
-class PrometheusSource:
     def __init__(self, url: str, timeout: float = 5.0):
-        self.url = url.rstrip("/")
-        self.timeout = timeout
+        self.prom = Prometheus(url, timeout)
 
     def describe(self) -> str:
-        return f"prometheus {self.url} (recording rules, 5m windows)"
-
-    def _get(self, path: str, **params) -> dict:
-        full = f"{self.url}{path}" + ("?" + urllib.parse.urlencode(params) if params else "")
-        try:
-            with urllib.request.urlopen(full, timeout=self.timeout) as r:
-                body = json.load(r)
-        except urllib.error.HTTPError as e:  # a bad query: Prometheus explains in the body
-            try:
-                body = json.load(e)
-            except ValueError:
-                raise PrometheusError(f"{path}: HTTP {e.code}") from None
-        except (OSError, ValueError) as e:
-            raise PrometheusError(f"{self.url} unreachable: {e}") from None
-        if body.get("status") != "success":
-            raise PrometheusError(f"{path}: {body.get('errorType')}: {body.get('error')}")
-        return body["data"]
+        return f"prometheus {self.prom.url} (recording rules, 5m windows)"
 
     def query(self, expr: str) -> list[tuple[dict, float]]:
-        data = self._get("/api/v1/query", query=expr)
-        return [(r["metric"], float(r["value"][1])) for r in data.get("result", [])]
+        return [(r["metric"], r["value"]) for r in self.prom.query(expr)]
 
     def answers(self) -> Answers:
         now = time.time()
@@ -119,7 +96,7 @@ class PrometheusSource:
 
     def _alerts(self) -> list[Alert]:
         out = []
-        for a in self._get("/api/v1/alerts").get("alerts", []):
+        for a in self.prom.alerts():
             if a.get("state") != "firing":
                 continue
             labels = dict(a.get("labels", {}))

@@ -8,7 +8,7 @@ import pytest
 from dpobs_otel.demo import compare
 from dpobs_otel.demo.backends import available
 from dpobs_otel.demo.batches import Config
-from dpobs_otel.demo.stack import Stack
+from dpobs_otel.testing.stack import Stack
 
 pytestmark = pytest.mark.slow
 

@@ -21,7 +21,7 @@ import dpobs_otel as dpobs
 from dpobs_otel.demo import report as demo
 from dpobs_otel.demo.progress import Progress
 from dpobs_otel.sizing import payload_nbytes
-from dpobs_otel.demo.stack import _ts, prometheus_config
+from dpobs_otel.testing.stack import _ts, prometheus_config
 from dpobs_otel.demo.batches import (PARTITION, ROLE_OPS, Config, make_rows, pack, truth_nbytes,
                                      unpack)
 from dpobs_otel.demo.truth import Durations, Timed, Truth

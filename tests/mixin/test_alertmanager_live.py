@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dpobs_otel.demo.stack import binaries, die_with_parent, free_port
+from dpobs_otel.testing.processes import die_with_parent, free_port
+from dpobs_otel.testing.stack import binaries
 
 ROOT = Path(__file__).resolve().parents[2]
 ALERTMANAGER_YML = ROOT / "deploy/alertmanager/alertmanager.yml"

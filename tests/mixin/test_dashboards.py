@@ -10,7 +10,7 @@ import yaml
 from promql_tokens import metric_names
 
 from dpobs_otel import cli
-from dpobs_otel.demo.stack import Stack
+from dpobs_otel.testing.stack import Stack
 from dpobs_otel.mixin import dashboards
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -196,7 +196,7 @@ def prometheus():
 
 
 def api(stack: Stack, path: str, params: dict) -> dict:
-    return stack.get(f"{stack.prometheus}{path}", params)
+    return stack.prom.get(path, **params)
 
 
 @pytest.mark.parametrize("value", [".*", "dpobs"])

@@ -14,7 +14,7 @@ import yaml
 
 from dpobs_otel import cli
 from dpobs_otel.config import Settings
-from dpobs_otel.exporters import agent
+from dpobs_otel.agent import command as agent
 from dpobs_otel.mixin import kubernetes
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,7 +18,7 @@ from tensordict import TensorDict
 
 import dpobs_otel as dpobs
 from dpobs_otel.top.direct import DirectSource
-from dpobs_otel.top.prometheus import PrometheusSource
+from dpobs_otel.top.prometheus import RulesSource
 from dpobs_otel.top.view import ms, size
 from top_frames import refused_port, table, text
 
@@ -271,7 +271,7 @@ def test_dpobs_top_once_prints_a_frame_from_the_file_sd_directory(cluster):
 
 def test_a_prometheus_that_is_not_there_is_an_error_line_not_a_crash():
     url = f"http://127.0.0.1:{refused_port()}"
-    a = PrometheusSource(url, timeout=1).answers()
+    a = RulesSource(url, timeout=1).answers()
     assert "unreachable" in a.error and a.jobs == [] and a.processes == []
     assert "source error" in text(a)
     out = subprocess.run([sys.executable, "-m", "dpobs_otel.cli", "top", "--prometheus", url,

@@ -83,7 +83,7 @@ def paused_demo(tmp_path_factory):
     measured steps; then, with the workload paused (processes up, counters still),
     `dpobs top --prometheus` beside it."""
     from dpobs_otel.demo.batches import Config
-    from dpobs_otel.demo.stack import Stack
+    from dpobs_otel.testing.stack import Stack
     from dpobs_otel.demo.workload import Workload
 
     tm = Tmux()

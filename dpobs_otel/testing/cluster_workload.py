@@ -1,10 +1,12 @@
-"""One training process of a simulated node: dpobs.start() into the node's file_sd
-directory, an instrumented in-memory data plane with a fixed service time, and a known op
-mix per step, until a stop file appears. It keeps its own truth (steps, step seconds, and
-per op: calls, seconds, payload bytes, all measured here, not by dpobs) and a timeline of
-(wall time, steps done), writes them to --truth, then serves its endpoint until SIGTERM.
+"""One training process of a simulated node (tests/agent/test_multinode.py, and the
+Prometheus source test in tests/readback/): dpobs.start() into the node's file_sd directory,
+an instrumented in-memory data plane with a fixed service time, and a known op mix per step,
+until a stop file appears. It keeps its own truth (steps, step seconds, and per op: calls,
+seconds, payload bytes, all measured here, not by dpobs) and a timeline of (wall time, steps
+done), writes them to --truth, then serves its endpoint until SIGTERM.
 
-    python cluster_workload.py --role rollout --rank 0 --port 9310 --sd-dir D --truth T ...
+    python -m dpobs_otel.testing.cluster_workload --role rollout --rank 0 --port 9310 \
+        --sd-dir D --truth T --stop-file S ...
 """
 from __future__ import annotations
 
@@ -16,7 +18,6 @@ import threading
 import time
 
 import torch
-from tensordict import TensorDict
 
 import dpobs_otel as dpobs
 
@@ -34,6 +35,7 @@ class Truth:
                     "ops": {}, "timeline": [], "done": False}
 
     def call(self, op: str, fn, *args, write: int = 0, **kw):
+        from tensordict import TensorDict  # see train()
         t0 = time.perf_counter()
         out = fn(*args, **kw)
         d = self.doc["ops"].setdefault(op, {"calls": 0, "seconds": 0.0, "write": 0, "read": 0})
@@ -52,6 +54,9 @@ class Truth:
 
 
 def train(args, tel, truth: Truth) -> None:
+    # tensordict sets TORCHINDUCTOR_CACHE_DIR when imported: imported here, so importing
+    # this module changes nothing
+    from tensordict import TensorDict
     client = tel.instrument(dpobs.InMemoryDataPlane(latency_s=args.latency_s))
     batch = TensorDict({"obs": torch.ones(args.rows, args.width),
                         "act": torch.zeros(args.rows, dtype=torch.int64)}, batch_size=[args.rows])

@@ -1,6 +1,7 @@
-"""tel.cluster_step_metrics(prometheus_url) on the multi-node stack (test_multinode.py's
-Cluster: two simulated nodes, an agent each, one central Prometheus with the mixin's rules;
-no outage here), checked against the workload's truth and the recording rules.
+"""tel.cluster_step_metrics(prometheus_url) on the multi-node stack (the Cluster of
+tests/helpers/multinode.py: two simulated nodes, an agent each, one central Prometheus with
+the mixin's rules; no outage here), checked against the workload's truth and the recording
+rules.
 
 The rollouts of both nodes publish the same 127.0.0.1:9310, so only `node` tells them apart.
 The driver calls twice: once as soon as every process is in the central Prometheus (its
@@ -15,10 +16,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from cluster_harness import Central, setns
-from test_multinode import JOB, PROCESSES, Cluster, require_namespaces, wait_for
+from helpers.multinode import JOB, PROCESSES, Cluster, require_namespaces, wait_for
 
 import dpobs_otel as dpobs
+from dpobs_otel.testing.netns import setns
+from dpobs_otel.testing.prometheus import Central
 
 pytestmark = pytest.mark.slow
 

@@ -21,13 +21,13 @@ import yaml
 
 import dpobs_otel as dpobs
 from dpobs_otel.cli import main
-from dpobs_otel.exporters.agent import (AgentError, TLSFiles, agent_config, agent_flag,
-                                        binary_version, check_url, header_warning,
-                                        parse_header)
+from dpobs_otel.agent.config import AgentError, TLSFiles, agent_config, check_url, parse_header
+from dpobs_otel.agent.process import agent_flag, binary_version, header_warning
 from dpobs_otel.exporters.filesd import boot_id
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cluster"))
-from cluster_harness import Agent, Central, Client, free_port  # noqa: E402
+from dpobs_otel.readback.prometheus import Prometheus, PrometheusError
+from dpobs_otel.testing.netns import Client
+from dpobs_otel.testing.processes import free_port
+from dpobs_otel.testing.prometheus import Agent, Central
 
 PROMETHEUS = shutil.which("prometheus")
 needs_prometheus = pytest.mark.skipif(PROMETHEUS is None and os.environ.get("CI") != "true",
@@ -199,18 +199,15 @@ def wait_for(fn, timeout: float = 60, every: float = 0.5):
 def up_targets(agent: Agent, job: str) -> list[dict]:
     """The agent's healthy targets of scrape job `job` (whatever job label their file_sd
     gives them), once it has some (its targets API)."""
-    client = Client()
+    prom = Prometheus(f"http://{agent.listen}", timeout=10)
 
     def healthy():
         try:
-            active = client.get(f"http://{agent.listen}/api/v1/targets")["data"]["activeTargets"]
-        except OSError:  # not listening yet
+            active = prom.targets(state="any")
+        except PrometheusError:  # not listening yet
             return []
         return [t for t in active if t["scrapePool"] == job and t["health"] == "up"]
-    try:
-        return wait_for(healthy, timeout=60)
-    finally:
-        client.close()
+    return wait_for(healthy, timeout=60)
 
 
 @pytest.mark.slow

@@ -4,7 +4,7 @@
     logger.log(view.step_metrics())                  # dict under dpobs/cluster/
     columns, rows = view.breakdown()                 # the same window per op, worst first
 
-Each call reads every process's cumulative counters (scrape.py: at the call, from the
+Each call reads every process's cumulative counters (sources.py: at the call, from the
 file_sd directory's endpoints; or the latest raw samples in Prometheus) and differences them
 against the previous call's, process by process (`delta`). The keys mirror
 tel.step_metrics() (stepmetrics.py) under `dpobs/cluster/`: step_s, steps, data_plane_s,
@@ -36,11 +36,11 @@ from __future__ import annotations
 
 import math
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields, replace
 
 from . import scrape
 from .scrape import OpTotals, ProcessTotals
+from .sources import Seen, source_for
 
 MB = 1e6
 PREFIX = "dpobs/cluster/"
@@ -73,62 +73,6 @@ def delta(prev: ProcessTotals | None, now: ProcessTotals) -> ProcessTotals:
                    instrumentation_errors=_sub(now.instrumentation_errors,
                                                prev.instrumentation_errors),
                    guard=guard)
-
-
-@dataclass
-class Seen:
-    """One process as one read found it: totals None when listed but unanswered."""
-    labels: dict[str, str]  # job, node, instance, role, rank
-    totals: ProcessTotals | None
-    incarnation: str | None = None
-    error: BaseException | None = None
-
-
-@dataclass
-class Reading:
-    processes: dict[tuple, Seen]
-    lost: set[tuple]  # listed, but certainly dead (a file_sd file nobody holds)
-    staleness_s: float | None = None
-
-
-class FileSDSource:
-    """Reads by scraping every endpoint a file_sd directory lists, at the call."""
-
-    def __init__(self, sd_dir: str, job: str | None = None, timeout: float = 1.0,
-                 ssl_context=None):
-        self.sd_dir, self.job, self.timeout, self.ssl_context = sd_dir, job, timeout, ssl_context
-        self._pool: ThreadPoolExecutor | None = None  # made at the first call, then kept
-
-    def read(self) -> Reading:
-        listed: dict[tuple, scrape.Target] = {}
-        dead = set()
-        for t in scrape.targets(self.sd_dir, self.job):
-            if t.alive is False:
-                dead.add(t.process)
-            elif listed.get(t.process) is None or t.alive:  # a live file wins a dead one
-                listed[t.process] = t
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(32, thread_name_prefix="dpobs-cluster")
-        got = scrape.scrape_all(list(listed.values()), self.timeout, self.ssl_context,
-                                pool=self._pool)
-        out = {}
-        for key, t in listed.items():
-            r = got[t]
-            labels = dict(zip(scrape.PROCESS_LABELS, key))
-            if isinstance(r, ProcessTotals):
-                out[key] = Seen(labels, r, t.incarnation)
-            else:
-                out[key] = Seen(labels, None, t.incarnation, r)
-        return Reading(out, dead - set(out))
-
-
-def source_for(source, job: str | None, timeout: float, ssl_context=None):
-    """A Prometheus URL (http:// or https://; its certificate checked against the system's
-    CAs) or a file_sd directory (its endpoints over https when ssl_context is given)."""
-    if isinstance(source, str) and source.startswith(("http://", "https://")):
-        from .cluster_prometheus import PrometheusSource
-        return PrometheusSource(source, job, timeout)
-    return FileSDSource(str(source), job, timeout, ssl_context)
 
 
 def tls_context_for(settings):

@@ -1,8 +1,8 @@
 """tel.cluster_step_metrics(sd_dir) against the processes' own truth.
 
-Worker processes (cluster_step_worker.py) step on command and report the sum of their own
-tel.step_metrics() deltas; the driver (this process, itself one of the cluster) does the
-same. Between the driver's calls every worker has finished its steps, so the cluster dict
+Worker processes (dpobs_otel/testing/step_worker.py) step on command and report the sum of
+their own tel.step_metrics() deltas; the driver (this process, itself one of the cluster)
+does the same. Between the driver's calls every worker has finished its steps, so the cluster dict
 must equal the sum of those per-step deltas over the processes alive at both calls: counts
 and bytes exactly, seconds to float rounding. Then the faults: a restart on the same port,
 a death mid-window, a newcomer, a listed endpoint that never answers, a clean exit.
@@ -22,12 +22,11 @@ import urllib.parse
 from pathlib import Path
 
 import pytest
-from cluster_step_worker import step
-
 import dpobs_otel as dpobs
-from dpobs_otel import cluster
+from dpobs_otel.readback import cluster, sources
+from dpobs_otel.testing.step_worker import step
 
-WORKER = Path(__file__).with_name("cluster_step_worker.py")
+WORKER = "dpobs_otel.testing.step_worker"
 JOB = "dpobs-cl"
 P = "dpobs/cluster/"
 COUNTS = ("calls", "errors")
@@ -36,7 +35,7 @@ COUNTS = ("calls", "errors")
 class Worker:
     def __init__(self, sd: Path, role: str, rank: int, port: int = 0, guard: bool = False):
         env = {k: v for k, v in os.environ.items() if not k.startswith("DPOBS_")}
-        argv = [sys.executable, str(WORKER), "--role", role, "--rank", str(rank),
+        argv = [sys.executable, "-m", WORKER, "--role", role, "--rank", str(rank),
                 "--port", str(port), "--sd-dir", str(sd)] + (["--guard"] if guard else [])
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      text=True, env=env)
@@ -129,13 +128,6 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def sd(tmp_path, monkeypatch):
-    for var in [v for v in os.environ if v.startswith("DPOBS_")]:
-        monkeypatch.delenv(var)
-    return tmp_path / "sd"
-
-
 def test_cluster_dict_is_the_sum_of_each_process_own_step_deltas(sd):
     driver = Driver(sd)
     port = free_port()
@@ -222,7 +214,7 @@ def test_breakdown_rows_worst_first_with_bucket_bounded_max():
 
 
 def scrape_totals(ops: dict) -> "cluster.ProcessTotals":
-    from dpobs_otel.scrape import OpTotals, ProcessTotals
+    from dpobs_otel.readback.scrape import OpTotals, ProcessTotals
     return ProcessTotals(ops={op: OpTotals(calls=c, seconds=s, buckets=dict(bk))
                               for op, (c, s, bk) in ops.items()}, steps=1, step_seconds=50.0)
 
@@ -239,7 +231,7 @@ def test_never_raises_into_the_step(sd, monkeypatch):
 
         def broken(self):
             raise RuntimeError("boom")
-        monkeypatch.setattr(cluster.FileSDSource, "read", broken)
+        monkeypatch.setattr(sources.FileSDSource, "read", broken)
         assert driver.tel.cluster_step_metrics(str(sd)) == {}
         assert driver.tel.stats.instr_errors["cluster"] == 1
     finally:

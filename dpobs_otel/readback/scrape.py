@@ -1,6 +1,6 @@
 """Read dpobs processes' /metrics endpoints directly: no Prometheus needed.
 
-    from dpobs_otel import scrape
+    from dpobs_otel.readback import scrape
     targets = scrape.targets(sd_dir)                  # list[Target], from the file_sd files
     got = scrape.scrape_all(targets, timeout=1.0)     # {Target: ProcessTotals | Exception}
 
@@ -21,7 +21,7 @@ on with nothing recorded yet); and the OpenTelemetry `service.instance.id` from 
 (new on every start, so a restart shows even when the counters have caught up).
 `ProcessTotals.went_back(prev)` is the restart test on counters alone.
 
-Differencing two snapshots is dpobs_otel/cluster.py (`cluster.delta`).
+Differencing two snapshots is readback/cluster.py (`cluster.delta`).
 
 Fetching runs in a thread pool, each request with `timeout` seconds and the whole batch with
 a deadline of about the same; an endpoint that refuses, times out, answers non-200 or sends
@@ -42,10 +42,11 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import parse_labels, text_string_to_metric_families
 
-from .exporters.filesd import _OWNED, boot_id
-from .stepmetrics import guard_flat
+from .. import names
+from ..exporters.filesd import _OWNED, boot_id
+from ..stepmetrics import guard_flat
 
-PROCESS_LABELS = ("job", "node", "instance", "role", "rank")
+PROCESS_LABELS = names.PROCESS_IDENTITY
 
 
 @dataclass(frozen=True)
@@ -178,12 +179,12 @@ def _locked(path: str) -> bool | None:
 
 # -- parsing ---------------------------------------------------------------------------
 
-OP = "dpobs_client_operation_duration_seconds"
-_OP_COUNTERS = {"dpobs_client_operation_errors_total": "errors",
-                "dpobs_client_keys_total": "keys",
-                "dpobs_client_rows_missing_total": "missing"}
-_GUARD_KINDS = {f"dpobs_guard_rows_{k}_total": k
-                for k in ("recorded", "checked", "mismatched", "unverified")}
+OP = names.OP_DURATION_SERIES
+_OP_COUNTERS = {names.OP_ERRORS_SERIES: "errors", names.KEYS_SERIES: "keys",
+                names.ROWS_MISSING_SERIES: "missing"}
+_GUARD_KINDS = {names.GUARD_RECORDED_SERIES: "recorded", names.GUARD_CHECKED_SERIES: "checked",
+                names.GUARD_MISMATCHED_SERIES: "mismatched",
+                names.GUARD_UNVERIFIED_SERIES: "unverified"}
 
 
 def totals_from_samples(samples, timestamp: float = 0.0) -> ProcessTotals:
@@ -198,23 +199,23 @@ def totals_from_samples(samples, timestamp: float = 0.0) -> ProcessTotals:
         elif name in _OP_COUNTERS:
             o = t.ops.setdefault(labels.get("op", ""), OpTotals())
             setattr(o, _OP_COUNTERS[name], getattr(o, _OP_COUNTERS[name]) + value)
-        elif name == "dpobs_client_transferred_bytes_total":
+        elif name == names.TRANSFERRED_SERIES:
             o = t.ops.setdefault(labels.get("op", ""), OpTotals())
             if labels.get("direction") == "read":
                 o.read_bytes += value
             else:
                 o.write_bytes += value
-        elif name.startswith("dpobs_step_duration_seconds"):
+        elif name.startswith(names.STEP_DURATION_SERIES):
             _step_sample(t, name, labels, value)
-        elif name == "dpobs_codec_duration_seconds_sum":
+        elif name == names.CODEC_DURATION_SERIES + "_sum":
             _add(t.codec_seconds, labels.get("stage", ""), value)
-        elif name == "dpobs_instrumentation_time_seconds_total":
+        elif name == names.INSTR_TIME_SERIES:
             _add(t.instrumentation_seconds, labels.get("component", ""), value)
-        elif name == "dpobs_instrumentation_errors_total":
+        elif name == names.INSTR_ERRORS_SERIES:
             _add(t.instrumentation_errors, labels.get("component", ""), value)
-        elif name == "dpobs_client_outstanding_size_bytes":
+        elif name == names.OUTSTANDING_SIZE_SERIES:
             t.outstanding_bytes += value
-        elif name == "dpobs_client_outstanding_keys":
+        elif name == names.OUTSTANDING_KEYS_SERIES:
             t.outstanding_keys += value
         elif name.startswith("dpobs_guard_"):
             _guard_sample(guard, name, labels, value)
@@ -248,9 +249,9 @@ def _step_sample(t: ProcessTotals, name: str, labels: dict, value: float) -> Non
 def _guard_sample(guard: dict, name: str, labels: dict, value: float) -> None:
     if name in _GUARD_KINDS:
         _add(guard.setdefault(_GUARD_KINDS[name], {}), labels.get("field", ""), value)
-    elif name == "dpobs_guard_fields_skipped_total":
+    elif name == names.GUARD_SKIPPED_SERIES:
         _add(guard.setdefault("skipped", {}), labels.get("reason", ""), value)
-    elif name == "dpobs_guard_failures_total":
+    elif name == names.GUARD_FAILURES_SERIES:
         _add(guard.setdefault("failures", {}), labels.get("error_type", ""), value)
 
 
@@ -270,7 +271,7 @@ def parse(text: str, timestamp: float = 0.0) -> ProcessTotals:
 
 _LABELS: dict[str, dict[str, str]] = {}
 # Buckets nothing here reads (a third of a typical body): skipped before any parsing.
-_UNUSED = ("dpobs_step_duration_seconds_bucket", "dpobs_codec_duration_seconds_bucket")
+_UNUSED = (names.STEP_DURATION_SERIES + "_bucket", names.CODEC_DURATION_SERIES + "_bucket")
 _LABELS_MAX = 50_000
 
 

@@ -1,22 +1,18 @@
-"""A private Prometheus and Alertmanager for the demo and the end-to-end test: the deploy/
-configs rewritten for loopback (file_sd -> the demo's directory, rule files by absolute path,
-the local Alertmanager, 1s intervals), free ports, a temporary data directory, and a small
-client for the HTTP APIs. Everything started is stopped, and the directory removed, by
-close(), which also runs on Ctrl-C (the servers live in their own session, so the terminal's
-SIGINT reaches only the demo, which then stops them after its final queries)."""
+"""The demo's private Prometheus and Alertmanager (`dpobs demo`, `dpobs compare`, the
+end-to-end test): the deploy/ configs rewritten for loopback (file_sd -> the demo's
+directory, rule files by absolute path, the local Alertmanager, 1s intervals), free ports, a
+temporary data directory, and its HTTP APIs (Prometheus's through readback/prometheus.py,
+the one client). Everything started is stopped, and the directory removed, by close(),
+which also runs on Ctrl-C (the servers live in their own session, so the terminal's SIGINT
+reaches only the demo, which then stops them after its final queries)."""
 from __future__ import annotations
 
-import ctypes
 import json
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import tempfile
 import time
-import urllib.error
-import urllib.parse
 import urllib.request
 from datetime import datetime
 from pathlib import Path
@@ -24,6 +20,9 @@ from pathlib import Path
 import yaml
 
 from dpobs_otel.mixin.tree import default_servers
+from dpobs_otel.readback.prometheus import Prometheus
+
+from .processes import Managed, die_with_parent, free_port
 
 DEPLOY = default_servers()  # the package's rules and configs, not a checkout's deploy/
 ALERTMANAGER_NAMES = ("alertmanager", "prometheus-alertmanager")  # upstream, Debian
@@ -33,24 +32,9 @@ class StackError(RuntimeError):
     pass
 
 
-def die_with_parent(sig: int = signal.SIGTERM) -> None:
-    """Linux: have the kernel send `sig` to this process when its parent dies, so nothing
-    outlives a demo or test that was killed outright. A no-op elsewhere."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(sig))  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
 def binaries() -> dict[str, str | None]:
     am = next(filter(None, map(shutil.which, ALERTMANAGER_NAMES)), None)
     return {"prometheus": shutil.which("prometheus"), "alertmanager": am}
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def prometheus_config(sd_dir: str, alertmanager: str, interval: str = "1s",
@@ -68,22 +52,6 @@ def prometheus_config(sd_dir: str, alertmanager: str, interval: str = "1s",
         c["files"] = [str(Path(sd_dir) / "*.json")]
         c["refresh_interval"] = interval
     return cfg
-
-
-class Managed:
-    """`with X() as x:` runs x.start(); x.close() runs on exit, and also when start() fails
-    half-way, so nothing it had already started is left behind."""
-
-    def __enter__(self):
-        try:
-            self.start()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
 class Stack(Managed):
@@ -117,6 +85,7 @@ class Stack(Managed):
         cfg = prometheus_config(self.sd_dir, self.alertmanager[7:], self.interval, self.deploy)
         (tmp / "prometheus.yml").write_text(yaml.safe_dump(cfg, sort_keys=False))
         self.prometheus = f"http://127.0.0.1:{free_port()}"
+        self.prom = Prometheus(self.prometheus, timeout=10)
         self._spawn("prometheus", [
             bins["prometheus"], f"--config.file={tmp / 'prometheus.yml'}",
             f"--storage.tsdb.path={tmp / 'prometheus'}",
@@ -164,35 +133,21 @@ class Stack(Managed):
             shutil.rmtree(self.tmp, ignore_errors=True)
             self.tmp = None
 
-    # -- HTTP APIs ------------------------------------------------------------------------
-    @staticmethod
-    def get(url: str, params: dict | None = None):
-        full = url + ("?" + urllib.parse.urlencode(params) if params else "")
-        try:
-            with urllib.request.urlopen(full, timeout=10) as r:
-                return json.load(r)
-        except urllib.error.HTTPError as e:  # Prometheus explains a bad query in the body
-            return json.load(e)
-
+    # -- HTTP APIs: Prometheus's through the one client (readback/prometheus.py) ------------
     def api(self, path: str, **params):
-        body = self.get(f"{self.prometheus}/api/v1/{path}", params)
-        if body.get("status") != "success":
-            raise StackError(f"{path} {params}: {body.get('errorType')}: {body.get('error')}")
-        return body["data"]
+        return self.prom.api(path, **params)
 
     def query(self, expr: str) -> list[dict]:
-        """An instant query: [{"metric": {...}, "value": float}, ...]."""
-        data = self.api("query", query=expr)
-        if data["resultType"] == "scalar":
-            return [{"metric": {}, "value": float(data["result"][1])}]
-        return [{"metric": r["metric"], "value": float(r["value"][1])} for r in data["result"]]
+        """An instant query: [{"metric": {...}, "value": float, "ts": float}, ...]."""
+        return self.prom.query(expr)
 
     def targets(self) -> list[dict]:
-        return self.api("targets", state="active")["activeTargets"]
+        return self.prom.targets()
 
     def alerts(self) -> list[dict]:
         """What Alertmanager holds (its v2 API)."""
-        return self.get(f"{self.alertmanager}/api/v2/alerts")
+        with urllib.request.urlopen(f"{self.alertmanager}/api/v2/alerts", timeout=10) as r:
+            return json.load(r)
 
     def wait_scraped(self, instances, after: float, timeout: float = 30) -> None:
         """Until every instance has been scraped, healthy, by a scrape that began after the
@@ -212,7 +167,7 @@ class Stack(Managed):
         """Until every rule group has finished an evaluation that began after `after`."""
         deadline = time.monotonic() + timeout
         while True:
-            groups = self.api("rules")["groups"]
+            groups = self.prom.rules()
             if groups and all(_ts(g["lastEvaluation"]) > after for g in groups):
                 return
             if time.monotonic() > deadline:

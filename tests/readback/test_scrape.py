@@ -1,4 +1,4 @@
-"""dpobs_otel.scrape: discovery from file_sd files, parsing against prometheus_client's own
+"""dpobs_otel.readback.scrape: discovery from file_sd files, parsing against prometheus_client's own
 parser and the process's own aggregates, failures mapped (never raised), https."""
 from __future__ import annotations
 
@@ -14,14 +14,8 @@ import torch
 from tensordict import TensorDict
 
 import dpobs_otel as dpobs
-from dpobs_otel import scrape
+from dpobs_otel.readback import scrape
 from dpobs_otel.exporters.filesd import boot_id
-
-
-@pytest.fixture
-def clean_env(monkeypatch):
-    for var in [v for v in os.environ if v.startswith("DPOBS_")]:
-        monkeypatch.delenv(var)
 
 
 def work(tel, rows: int = 3):

@@ -1,4 +1,5 @@
-"""One process of test_cluster.py's cluster: dpobs.start() into a file_sd directory, an
+"""One process of tests/readback/test_cluster.py's cluster (python -m
+dpobs_otel.testing.step_worker): dpobs.start() into a file_sd directory, an
 instrumented in-memory data plane, and steps on command. Its truth is its own
 tel.step_metrics() after every step, summed: the per-step deltas the driver's cluster dict
 must add up to.
@@ -18,12 +19,14 @@ import os
 import sys
 
 import torch
-from tensordict import TensorDict
 
 import dpobs_otel as dpobs
 
 
 def step(tel, client, raw, n: int, rows: int, corrupt: bool) -> None:
+    # tensordict sets TORCHINDUCTOR_CACHE_DIR when imported: imported here, so importing
+    # this module changes nothing
+    from tensordict import TensorDict
     ids = [f"{n}-{i}" for i in range(rows)]
     batch = TensorDict({"obs": torch.arange(rows * 16, dtype=torch.float32).reshape(rows, 16),
                         "act": torch.ones(rows, dtype=torch.int64)}, batch_size=[rows])

@@ -1,0 +1,110 @@
+"""`dpobs agent`: the per-node (or per-pod) sidecar. It is the real `prometheus` binary in
+agent mode, not a forwarder of our own: the agent scrapes every process of this node that
+registered itself in a file_sd directory (`dpobs.start(sd_dir=...)` / DPOBS_SD_DIR), keeps a
+write-ahead log, and remote-writes to any Prometheus remote-write receiver with the external
+label `node`, so two processes on different nodes that publish the same host:port stay two
+processes.
+
+This module is the command: its arguments, and run(), which validates them, renders the
+config (config.py) next to the agent's WAL and runs the binary (process.py) until it exits.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import socket
+import sys
+import tempfile
+
+from .config import (DEFAULT_LISTEN, AgentError, TLSFiles, agent_config, check_listen,
+                     parse_header, render)
+from .process import _version, agent_flag, command, find_binary, header_warning, supervise
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--sd-dir", required=True, help="the node-local file_sd directory "
+                   "every process writes into (DPOBS_SD_DIR)")
+    p.add_argument("--remote-write", required=True, metavar="URL",
+                   help="remote-write receiver, e.g. http://central:9090/api/v1/write")
+    p.add_argument("--node", help="external label node (default: this host's name)")
+    p.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
+                   help=f"the agent's own web address (default {DEFAULT_LISTEN})")
+    p.add_argument("--scrape-interval", default="15s", metavar="DURATION")
+    p.add_argument("--prometheus", metavar="PATH", help="the binary (default: on PATH)")
+    p.add_argument("--storage-path", metavar="DIR", help="the agent's WAL (default: "
+                   "<tmp>/dpobs-agent-<node>-<port>; keep it across restarts to replay)")
+    p.add_argument("--print-config", action="store_true", help="print the config and exit")
+    p.add_argument("--cleanup-interval", type=float, default=30.0, metavar="SECONDS",
+                   help="how often to remove targets of dead processes (default 30)")
+    rw = p.add_argument_group("remote write (what Mimir, Cortex, Thanos, VictoriaMetrics need)")
+    rw.add_argument("--header", action="append", default=[], metavar="'NAME: VALUE'",
+                    help="extra header, repeatable (e.g. 'X-Scope-OrgID: team-a')")
+    rw.add_argument("--bearer-token-file", metavar="PATH")
+    rw.add_argument("--basic-auth-username", metavar="USER")
+    rw.add_argument("--basic-auth-password-file", metavar="PATH")
+    _tls_arguments(rw, "remote-write", "the receiver")
+    sc = p.add_argument_group("scraping processes started with DPOBS_TLS_*")
+    _tls_arguments(sc, "scrape", "the processes' endpoints (turns on https)")
+    p.add_argument("--prometheus-arg", action="append", default=[], metavar="ARG",
+                   help="passed to prometheus unchanged, repeatable (e.g. --log.level=debug)")
+
+
+def _tls_arguments(group, prefix: str, whose: str) -> None:
+    group.add_argument(f"--{prefix}-ca-file", metavar="PATH", help=f"CA that signed {whose}")
+    group.add_argument(f"--{prefix}-cert-file", metavar="PATH", help="client certificate")
+    group.add_argument(f"--{prefix}-key-file", metavar="PATH", help="client key")
+    group.add_argument(f"--{prefix}-server-name", metavar="NAME")
+    group.add_argument(f"--{prefix}-insecure-skip-verify", action="store_true",
+                       help="do not verify the server certificate (off by default)")
+
+
+def _tls(args, prefix: str) -> TLSFiles:
+    get = lambda k: getattr(args, f"{prefix}_{k}")  # noqa: E731
+    return TLSFiles(get("ca_file"), get("cert_file"), get("key_file"), get("server_name"),
+                    get("insecure_skip_verify"))
+
+
+def config_from_args(args) -> dict:
+    if bool(args.basic_auth_username) != bool(args.basic_auth_password_file):
+        raise AgentError("basic auth needs both --basic-auth-username and "
+                         "--basic-auth-password-file")
+    basic = (args.basic_auth_username, args.basic_auth_password_file) \
+        if args.basic_auth_username else None
+    return agent_config(args.sd_dir, args.remote_write, args.node or socket.gethostname(),
+                        args.scrape_interval, listen=args.listen,
+                        headers=dict(map(parse_header, args.header)),
+                        bearer_token_file=args.bearer_token_file, basic_auth=basic,
+                        tls=_tls(args, "remote_write"), scrape_tls=_tls(args, "scrape"))
+
+
+def run(args) -> int:
+    try:
+        cfg = config_from_args(args)
+        if args.print_config:
+            sys.stdout.write(render(cfg))
+            return 0
+        binary = find_binary(args.prometheus)
+        version, version_text = _version(binary)
+        agent_flag(version)
+    except AgentError as exc:
+        print(f"dpobs agent: error: {exc}", file=sys.stderr)
+        return 2
+    warning = header_warning(version_text, cfg["remote_write"][0].get("headers"))
+    if warning:
+        print(f"dpobs agent: warning: {warning}", file=sys.stderr, flush=True)
+    node = cfg["global"]["external_labels"]["node"]
+    storage = args.storage_path or os.path.join(
+        tempfile.gettempdir(), f"dpobs-agent-{_safe(node)}-{check_listen(args.listen)[1]}")
+    os.makedirs(storage, exist_ok=True)
+    os.makedirs(args.sd_dir, exist_ok=True)
+    config_file = os.path.join(storage, "dpobs-agent.yml")
+    with open(config_file, "w") as f:
+        f.write(render(cfg))
+    argv = command(binary, version, config_file, storage, args.listen, args.prometheus_arg)
+    return supervise(argv, args.sd_dir, args.cleanup_interval)
+
+
+def _safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", text)
+
+
