@@ -226,9 +226,9 @@ class Telemetry:
                 ie[component] = ie.get(component, 0) + 1
             if component not in self._logged:
                 self._logged.add(component)
-                log.warning("dpobs: internal error in %s, swallowed and counted in "
-                            "dpobs_instrumentation_errors_total (logged once): %r",
-                            component, exc, exc_info=exc)
+                log.warning("dpobs: internal error in %s, swallowed and counted in %s "
+                            "(logged once): %r", component, names.INSTR_ERRORS_SERIES, exc,
+                            exc_info=exc)
         except Exception:  # pragma: no cover - the last line of defence
             pass
 

@@ -1,5 +1,6 @@
 """The package shows its layers (DESIGN.md "Layout"), and stays readable: short modules and
-functions, every test module in the tree that mirrors the package."""
+functions, every test module in the tree that mirrors the package, tests and benchmarks that
+import what they use by name (no sys.path edits, no test module imported as a library)."""
 from __future__ import annotations
 
 import ast
@@ -9,7 +10,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PKG = REPO / "dpobs_otel"
-LAYERS = ("exporters", "guard", "adapters", "stores", "mixin", "demo")
+LAYERS = ("exporters", "agent", "readback", "guard", "adapters", "stores", "testing", "mixin",
+          "demo", "top")
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
 # A longer function says why in its docstring, with these words.
@@ -50,3 +52,55 @@ def test_tests_mirror_the_package():
             assert any((REPO / "tests" / layer).glob("test_*.py")), f"tests/{layer}/"
     names = [p.name for p in (REPO / "tests").rglob("test_*.py")]
     assert len(names) == len(set(names)), "test module names must be unique (no __init__.py)"
+
+
+def _python_files(*folders: str):
+    for folder in folders:
+        yield from sorted((REPO / folder).rglob("*.py"))
+
+
+def _uses_sys_path(tree: ast.AST) -> bool:
+    return any(isinstance(node, ast.Attribute) and node.attr == "path"
+               and isinstance(node.value, ast.Name) and node.value.id == "sys"
+               for node in ast.walk(tree))
+
+
+def test_no_code_edits_sys_path():
+    # Reading sys.path is as rare as editing it here; either one means an import by path.
+    offenders = [str(p.relative_to(REPO)) for p in _python_files("dpobs_otel", "tests", "benchmarks")
+                 if _uses_sys_path(ast.parse(p.read_text()))]
+    assert not offenders, offenders
+
+
+def _imported(tree: ast.AST) -> set[str]:
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            out.add(node.module)
+    return out
+
+
+def test_tests_import_helpers_not_conftest_or_other_tests():
+    for path in _python_files("tests"):
+        for mod in _imported(ast.parse(path.read_text())):
+            top = mod.split(".")
+            assert top[0] != "conftest" and not any(part.startswith("test_") for part in top), (
+                f"{path.relative_to(REPO)} imports {mod}")
+
+
+def test_benchmarks_import_the_library_not_the_tests():
+    test_modules = {p.stem for p in (REPO / "tests").rglob("*.py")} | {"helpers", "conftest"}
+    for path in _python_files("benchmarks"):
+        assert path.stem != "mooncake", "benchmarks/mooncake.py would shadow the mooncake package"
+        found = {m.split(".")[0] for m in _imported(ast.parse(path.read_text()))} & test_modules
+        assert not found, f"{path.relative_to(REPO)} imports tests' {sorted(found)}"
+
+
+def test_test_folders_mirror_package_folders():
+    for folder in sorted(p for p in (REPO / "tests").rglob("*") if p.is_dir()):
+        rel = folder.relative_to(REPO / "tests")
+        if rel.parts[0] in ("helpers", "__pycache__") or "__pycache__" in rel.parts:
+            continue
+        assert (PKG / rel).is_dir(), f"tests/{rel} matches no package folder dpobs_otel/{rel}"

@@ -28,7 +28,7 @@ from typing import Callable
 
 import torch
 
-from .. import nested
+from .. import names, nested
 from . import pool
 from .columns import (NONTENSOR_SENTINEL, UNRECORDED_SENTINEL, digest_name, field_key,
                       is_digest_field, is_non_tensor, is_tensordict, label, leaves,
@@ -289,8 +289,8 @@ class WireGuard:
     def _summarise(tally, partition_id):
         if tally.suppressed:
             log.error("dpobs wire guard: %d more mismatched rows in this read not logged "
-                      "(partition=%s); dpobs_guard_rows_mismatched_total counts them all",
-                      tally.suppressed, partition_id)
+                      "(partition=%s); %s counts them all",
+                      tally.suppressed, partition_id, names.GUARD_MISMATCHED_SERIES)
         if tally.checked > 1 and tally.mismatched == tally.checked:
             log.warning(
                 "dpobs wire guard: every one of the %d rows checked in this read mismatched "
