@@ -51,8 +51,7 @@ def literals(path: Path) -> list[tuple[int, str]]:
 
 
 def _modules() -> list[Path]:
-    return [p for p in sorted(PKG.rglob("*.py"))
-            if p != NAMES]
+    return [p for p in sorted(PKG.rglob("*.py")) if p != NAMES]
 
 
 def test_no_module_but_names_spells_a_name_out():
