@@ -27,6 +27,7 @@ from ..names import (INSTANCE_FRAC_OF_STEP, INSTR_TIME_SERIES, JOB_FRAC_OF_STEP,
                      JOB_OP_SHARE, JOB_OVERHEAD_RATIO, OP_DURATION_SERIES)
 from .backends import BACKENDS, available
 from .batches import Config
+from .logs import BackendLog, log_dir
 from .progress import Progress
 from .report import frac_of_step, merge, op_shares, quantile, session
 from ..testing.stack import Stack, StackError, binaries
@@ -47,6 +48,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="service time the memory store adds (default 0: its own speed)")
     p.add_argument("--verify-tensor-hash", action="store_true",
                    help="run every backend with the wire guard on")
+    p.add_argument("--log-dir", default=None, metavar="DIR",
+                   help="where each backend's own logs go, a file per backend (default: a "
+                        "new folder under the temp dir)")
 
 
 def _backends(spec: str) -> list[str]:
@@ -65,15 +69,17 @@ def _backends(spec: str) -> list[str]:
     return usable
 
 
-def measure(stack: Stack, cfg: Config) -> dict:
-    """Run one backend; its answers from the rules, and the truth, while its processes live."""
+def measure(stack: Stack, cfg: Config, err=None) -> dict:
+    """Run one backend; its answers from the rules, and the truth, while its processes live.
+    Its header and progress line go to `err` (default: sys.stderr)."""
     def one(expr: str) -> float:
         r = stack.query(expr)
         return r[0]["value"] if r else float("nan")
 
     job = f'job="{cfg.job}"'
-    print(f"== {cfg.backend}: {cfg.steps} measured steps as job {cfg.job}", file=sys.stderr)
-    progress = Progress(cfg)
+    err = sys.stderr if err is None else err
+    print(f"== {cfg.backend}: {cfg.steps} measured steps as job {cfg.job}", file=err)
+    progress = Progress(cfg, stream=err)
     with session(cfg, stack, None, progress) as res:
         progress.finish()
         samples = _settle(stack, job)
@@ -185,13 +191,14 @@ def run(args) -> int:
     if missing:
         raise SystemExit(f"dpobs compare: needs {', '.join(missing)} on PATH (Debian packages "
                          "prometheus, prometheus-alertmanager)")
-    results = {}
+    results, logs = {}, log_dir(args.log_dir)
     with Stack(interval=INTERVAL) as stack:
         print(f"Prometheus {stack.prometheus}", file=sys.stderr)
         for name in names:
             cfg = Config(steps=args.steps, trainers=args.trainers, batch_size=args.batch_size,
                          latency_s=args.store_latency_ms / 1e3, verify=args.verify_tensor_hash,
                          sd_dir=stack.sd_dir, backend=name, job=f"dpobs-{name}")
-            results[name] = measure(stack, cfg)
+            with BackendLog(logs, name) as log:
+                results[name] = measure(stack, cfg, log.err)
     print(table(results), flush=True)
     return 0

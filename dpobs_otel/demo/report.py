@@ -16,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from .. import names as nm
 from ..readback.cluster import ClusterView, text as cluster_text
+from .logs import BackendLog, log_dir
 from .progress import Progress
 from ..testing.stack import Stack, binaries
 from .backends import BACKENDS, available
@@ -55,6 +56,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--advertise-host", default=None, metavar="NAME",
                    help="host name written into file_sd (when --host is a wildcard)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--log-dir", default=None, metavar="DIR",
+                   help="where the backend's own logs go (default: a new folder under the "
+                        "temp dir)")
 
 
 def config(args) -> Config:
@@ -333,12 +337,12 @@ def run(args) -> int:
     if cfg.corrupt_at is not None and not cfg.verify:
         print("note: --corrupt-at-step without --verify-tensor-hash: nothing will notice",
               file=sys.stderr)
-    state = {"wl": None, "running": False}
+    state = {"wl": None, "running": False, "out": sys.stdout, "err": sys.stderr}
 
     def on_signal(signum, frame):
         wl = state["wl"]
         if state["running"] and wl is not None and not wl.sync.stop.is_set():
-            print("\nstopping after this step (again to abort)", file=sys.stderr)
+            print("\nstopping after this step (again to abort)", file=state["err"])
             wl.stop()
         else:
             raise KeyboardInterrupt
@@ -346,8 +350,9 @@ def run(args) -> int:
     def on_ready(wl):
         state["wl"] = wl
         for (role, rank), i in wl.info.items():
-            print(f"  {role} {rank}: http://{i['endpoint']}/metrics  (pid {i['pid']})")
-        print("warming up, then measuring ...", flush=True)
+            print(f"  {role} {rank}: http://{i['endpoint']}/metrics  (pid {i['pid']})",
+                  file=state["out"])
+        print("warming up, then measuring ...", file=state["out"], flush=True)
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -363,13 +368,14 @@ def run(args) -> int:
                     cfg.sd_dir = stack.sd_dir
                     print(f"Prometheus   {stack.prometheus}\nAlertmanager "
                           f"{stack.alertmanager}\nfile_sd      {stack.sd_dir}")
-            progress = Progress(cfg)
-            state["running"] = True
             log = es.enter_context(open(args.cluster_log, "a")) if args.cluster_log else None
+            backend = es.enter_context(BackendLog(log_dir(args.log_dir), cfg.backend))
+            state.update(out=backend.out, err=backend.err, running=True)
+            progress = Progress(cfg, stream=backend.err)
             with session(cfg, stack, on_ready, progress, log) as res:
                 state["running"] = False
                 progress.finish()
-                print(report(res, stack, cfg), flush=True)
+                print(report(res, stack, cfg), file=backend.out, flush=True)
     except KeyboardInterrupt:
         print("\ninterrupted; everything started is stopped", file=sys.stderr)
         return 130
