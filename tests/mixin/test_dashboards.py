@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from promql_tokens import metric_names
+from helpers.promql import metric_names
 
 from dpobs_otel import cli
 from dpobs_otel.testing.stack import Stack

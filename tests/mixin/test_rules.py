@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from promql_tokens import literal_comparisons
+from helpers.promql import literal_comparisons
 
 from dpobs_otel.mixin import Config
 

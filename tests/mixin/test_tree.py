@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from promql_tokens import literal_comparisons, tokenize
+from helpers.promql import literal_comparisons, tokenize
 
 from dpobs_otel import cli
 from dpobs_otel.mixin import Config, build

@@ -20,7 +20,7 @@ import dpobs_otel as dpobs
 from dpobs_otel.top.direct import DirectSource
 from dpobs_otel.top.prometheus import RulesSource
 from dpobs_otel.top.view import ms, size
-from top_frames import refused_port, table, text
+from helpers.top import refused_port, table, text
 
 JOB = "toptest"
 PART = "p"

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from top_frames import number, refused_port, table
+from helpers.top import number, refused_port, table
 
 pytestmark = pytest.mark.slow
 

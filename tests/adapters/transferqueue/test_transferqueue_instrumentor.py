@@ -20,18 +20,17 @@ import pytest
 import ray
 import torch
 import transfer_queue as tq
-from helpers import scrape, value
 from tensordict import TensorDict
-from helpers.transferqueue import BYTES, KEYS, OPS, T
-
-import tq_rollout_actor  # this folder's (pytest puts a test module's folder on the path)
 
 import dpobs_otel as dpobs
 from dpobs_otel.adapters.transferqueue import KV_FUNCTIONS, TransferQueueInstrumentor
 from dpobs_otel.adapters.transferqueue.client import ASYNC_METHODS, SYNC_METHODS
 from dpobs_otel.testing.transferqueue import LOOPBACK_ENV, call
+from helpers import rollout_actor, scrape, value
+from helpers.transferqueue import BYTES, KEYS, OPS, T
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+# The Ray worker imports the actor as helpers.rollout_actor, from the tests folder.
+TESTS = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.fixture
@@ -174,18 +173,18 @@ def test_unmodified_script_under_opentelemetry_instrument(cluster, tmp_path):
 
 @pytest.mark.parametrize("switch", ["opentelemetry", "DPOBS_AUTO"])
 def test_ray_actor_measured_with_environment_variables_only(cluster, tmp_path, switch):
-    assert "dpobs" not in inspect.getsource(tq_rollout_actor)
+    assert "dpobs" not in inspect.getsource(rollout_actor)
     sd_dir = tmp_path / "sd"
     sd_dir.mkdir()
     # The whole switch, and dpobs's usual settings: either OpenTelemetry's
     # auto-instrumentation directory on PYTHONPATH (what opentelemetry-instrument sets), or
     # DPOBS_AUTO=1 (the dpobs-otel-auto.pth start-up hook the package installs).
-    env_vars = {**_zero_code_env(sd_dir, "rollout"), "PYTHONPATH": HERE}
+    env_vars = {**_zero_code_env(sd_dir, "rollout"), "PYTHONPATH": TESTS}
     if switch == "opentelemetry":
-        env_vars["PYTHONPATH"] = os.pathsep.join([os.path.dirname(otel_auto.__file__), HERE])
+        env_vars["PYTHONPATH"] = os.pathsep.join([os.path.dirname(otel_auto.__file__), TESTS])
     else:
         env_vars["DPOBS_AUTO"] = "1"
-    actor = ray.remote(num_cpus=0)(tq_rollout_actor.RolloutWorker).options(
+    actor = ray.remote(num_cpus=0)(rollout_actor.RolloutWorker).options(
         runtime_env={"env_vars": env_vars}).remote()
     try:
         rows = call(ray.get, actor.write_and_read.remote(5), timeout_s=180)
