@@ -10,9 +10,14 @@ drift hits all three alike; medians are reported, and the ratio
 
     (on - off) / (two XOR folds)          required <= 2.0, goal <= 1.5
 
-with the spread of that ratio over the rounds (each round's three arms run back to back).
+with the spread of that ratio over the rounds (each round's three arms run back to back),
+by both clocks.
 
-    .venv/bin/python benchmarks/guard.py [--rounds 7] [--threads N]
+    .venv/bin/python benchmarks/guard.py [--rounds 7] [--threads N[,M...]]
+
+Both clocks are reported: wall (perf_counter, what the user waits on) and CPU (process_time,
+every thread of the process). `--threads 1,2` sweeps torch's intra-op thread count (the folds'
+and the caller's, which the guard's helpers follow), interleaved round by round with the arms.
 
 `--fields` instead compares the fingerprint with the fold field by field: CPU time of one side
 (field_digests against torch.hash_tensor per field), interleaved, medians.
@@ -74,23 +79,48 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--rows", type=int, default=ROWS)
     ap.add_argument("--tokens", type=int, default=TOKENS)
-    ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: default)")
+    ap.add_argument("--threads", default="0",
+                    help="torch intra-op threads, comma-separated to sweep (0: default)")
     ap.add_argument("--fields", action="store_true", help="per-field CPU time, one side")
     args = ap.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    default = torch.get_num_threads()
+    sweep = [int(t) or default for t in args.threads.split(",")]
     if not hasattr(torch, "hash_tensor"):
         raise SystemExit(f"torch {torch.__version__} has no torch.hash_tensor: no XOR-fold baseline")
-
     batch = make_batch(args.rows, args.tokens)
     if args.fields:
+        torch.set_num_threads(sweep[0])
         return per_field(batch, args.rounds)
-    ids = [f"uid-{i}" for i in range(args.rows)]
+    print(f"batch: {args.rows} rows, {nbytes(batch) / 1e6:.1f} MB "
+          f"(jagged int64 tokens, bf16, fp32, bool); torch {torch.__version__}, default "
+          f"{default} threads, {args.rounds} rounds (medians), threads {sweep} interleaved")
     tel_on = dpobs.start(role="bench-on", rank=0, port=0, verify_tensor_hash=True)
     tel_off = dpobs.start(role="bench-off", rank=1, port=0, verify_tensor_hash=False)
-    on = tel_on.instrument(dpobs.InMemoryDataPlane())
-    off = tel_off.instrument(dpobs.InMemoryDataPlane())
+    arms = make_arms(batch, [f"uid-{i}" for i in range(args.rows)],
+                     tel_on.instrument(dpobs.InMemoryDataPlane()),
+                     tel_off.instrument(dpobs.InMemoryDataPlane()))
+    on_cycle = arms["on"]
 
+    def on_and_hooks():  # the hooks' own seconds, read outside the timed cycle
+        before = guard_seconds(tel_on)
+        w, c = on_cycle()
+        hooks[torch.get_num_threads()].append(guard_seconds(tel_on) - before)
+        return w, c
+
+    hooks: dict[int, list[float]] = {t: [] for t in sweep}
+    arms["on"] = on_and_hooks
+    wall, cpu = measure(arms, sweep, args.rounds)
+    for threads in dict.fromkeys(sweep):
+        report(threads, wall[threads], cpu[threads], hooks[threads][-args.rounds:])
+    print(f"  rows checked {sample_sum(tel_on, 'dpobs_guard_rows_checked_total'):.0f}, "
+          f"mismatched {sample_sum(tel_on, 'dpobs_guard_rows_mismatched_total'):.0f}")
+    tel_on.shutdown()
+    tel_off.shutdown()
+
+
+def make_arms(batch: TensorDict, ids: list[str], on, off) -> dict:
+    """The three arms, each returning (wall, CPU) seconds: CPU is time.process_time(), every
+    thread of this process (the guard's helpers included, and an OpenMP barrier's spin)."""
     def cycle(client) -> tuple[float, float]:
         t, c = time.perf_counter(), time.process_time()
         client.put_samples(ids, "bench", batch)
@@ -106,61 +136,68 @@ def main() -> None:
         xor_fold(batch)  # the reader's side
         return time.perf_counter() - t, time.process_time() - c
 
-    arms = {"on": lambda: cycle(on), "off": lambda: cycle(off), "xor2": folds}
-    for fn in arms.values():  # warm-up: tables, allocator, page cache
-        fn()
-    times: dict[str, list[float]] = {k: [] for k in arms}
-    cpu: dict[str, list[float]] = {k: [] for k in arms}  # all of this process's threads
-    order = list(arms)
-    progress = Progress(args.rounds)
-    for r in range(args.rounds):
-        for name in order[r % 3:] + order[: r % 3]:
-            wall, used = arms[name]()
-            times[name].append(wall)
-            cpu[name].append(used)
+    return {"on": lambda: cycle(on), "off": lambda: cycle(off), "xor2": folds}
+
+
+def measure(arms: dict, sweep: list[int], rounds: int) -> tuple[dict, dict]:
+    """wall[threads][arm], cpu[threads][arm]: one list entry per round. Each round runs every
+    thread count, and at each the three arms back to back, orders rotated round by round."""
+    wall = {t: {k: [] for k in arms} for t in sweep}
+    cpu = {t: {k: [] for k in arms} for t in sweep}
+    for threads in dict.fromkeys(sweep):  # warm-up: tables, allocator, OpenMP's threads
+        torch.set_num_threads(threads)
+        for fn in arms.values():
+            fn()
+    order, counts = list(arms), list(dict.fromkeys(sweep))
+    progress = Progress(rounds)
+    for r in range(rounds):
+        for threads in counts[r % len(counts):] + counts[:r % len(counts)]:
+            torch.set_num_threads(threads)
+            for name in order[r % 3:] + order[: r % 3]:
+                w, c = arms[name]()
+                wall[threads][name].append(w)
+                cpu[threads][name].append(c)
         progress(r + 1)  # between rounds, outside every timed arm
     progress.finish()
-    cmed = {k: statistics.median(v) for k, v in cpu.items()}
+    return wall, cpu
+
+
+def _ratios(times: dict) -> tuple[float, list[float]]:
+    """(on - off) / xor2 of the medians, and every round's own ratio, sorted."""
     med = {k: statistics.median(v) for k, v in times.items()}
+    per_round = sorted((a - b) / x for a, b, x in zip(times["on"], times["off"], times["xor2"]))
+    return (med["on"] - med["off"]) / med["xor2"], per_round
 
-    def guard_seconds(tel) -> float:
-        for family in tel.registry.collect():
-            for s in family.samples:
-                if s.name == "dpobs_instrumentation_time_seconds_total" and \
-                        s.labels.get("component") == "guard":
-                    return s.value
-        return 0.0
 
-    checked = mism = 0.0
-    for family in tel_on.registry.collect():
+def report(threads: int, wall: dict, cpu: dict, hooks: list[float]) -> None:
+    print(f"{threads} threads:")
+    alone = sorted(h / x for h, x in zip(hooks, wall["xor2"]))
+    print(f"  hooks alone (the guard's own wall time by the core's clock, no store): "
+          f"{statistics.median(hooks) * 1e3:.1f} ms, / two XOR folds: {statistics.median(alone):.2f}"
+          f" (quartiles {alone[len(alone) // 4]:.2f} .. {alone[(3 * len(alone)) // 4]:.2f})")
+    for clock, times in (("wall", wall), ("CPU ", cpu)):
+        med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+        ratio, rounds = _ratios(times)
+        q1, q3 = rounds[len(rounds) // 4], rounds[(3 * len(rounds)) // 4]
+        print(f"  {clock}  off {med['off']:7.1f} ms  on {med['on']:7.1f} ms  "
+              f"(on - off) {med['on'] - med['off']:6.1f} ms  two XOR folds {med['xor2']:6.1f} ms"
+              f"   ratio {ratio:5.2f}  (rounds: quartiles {q1:.2f} .. {q3:.2f}, "
+              f"min {rounds[0]:.2f}, max {rounds[-1]:.2f})")
+    print("        ratio = (on - off) / (two XOR folds): required <= 2.0 wall, <= 1.5 CPU; "
+          "goal <= 1.5 wall")
+
+
+def sample_sum(tel, name: str, component: str | None = None) -> float:
+    total = 0.0
+    for family in tel.registry.collect():
         for s in family.samples:
-            if s.name == "dpobs_guard_rows_checked_total":
-                checked += s.value
-            if s.name == "dpobs_guard_rows_mismatched_total":
-                mism += s.value
-    guard_s = guard_seconds(tel_on)
-    tel_on.shutdown()
-    tel_off.shutdown()
+            if s.name == name and (component is None or s.labels.get("component") == component):
+                total += s.value
+    return total
 
-    ratio = (med["on"] - med["off"]) / med["xor2"]
-    per_round = sorted((on_ - off_) / x for on_, off_, x in
-                       zip(times["on"], times["off"], times["xor2"]))
-    q1, q3 = per_round[len(per_round) // 4], per_round[(3 * len(per_round)) // 4]
-    print(f"batch: {args.rows} rows, {nbytes(batch) / 1e6:.1f} MB "
-          f"(jagged int64 tokens, bf16, fp32, bool); torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads, {args.rounds} rounds (medians)")
-    print(f"  put+get, guard off        {med['off'] * 1e3:9.1f} ms")
-    print(f"  put+get, guard on         {med['on'] * 1e3:9.1f} ms")
-    print(f"  guard cost (on - off)     {(med['on'] - med['off']) * 1e3:9.1f} ms   "
-          f"(the guard's hooks by the core's clock: {guard_s / (args.rounds + 1) * 1e3:.1f} ms/cycle)")
-    print(f"  two XOR folds             {med['xor2'] * 1e3:9.1f} ms")
-    print(f"  ratio (on - off) / (two XOR folds) = {ratio:.2f}   (required <= 2.0, goal <= 1.5)")
-    print(f"  per-round ratios: min {per_round[0]:.2f}  quartiles {q1:.2f} .. {q3:.2f}  "
-          f"max {per_round[-1]:.2f}")
-    print(f"  CPU time (process, all threads; an OpenMP barrier's spin counts): off "
-          f"{cmed['off'] * 1e3:.1f} ms, on {cmed['on'] * 1e3:.1f} ms, two XOR folds "
-          f"{cmed['xor2'] * 1e3:.1f} ms, ratio {(cmed['on'] - cmed['off']) / cmed['xor2']:.2f}")
-    print(f"  rows checked {checked:.0f}, mismatched {mism:.0f}")
+
+def guard_seconds(tel) -> float:
+    return sample_sum(tel, "dpobs_instrumentation_time_seconds_total", "guard")
 
 
 def per_field(batch: TensorDict, rounds: int) -> None:
