@@ -15,6 +15,7 @@ class InstrumentedClient:
         self._tel = tel
         self._stats = tel.stats
         self._guard = tel.guard
+        self._row_age = getattr(tel, "row_age", None)  # rowage.RowAge, or None (off)
         if self._guard is not None:  # where the guard's hooks run (guard/pool.py)
             from .guard import pool
             self._pool = pool
@@ -44,11 +45,12 @@ class InstrumentedClient:
 
     # -- the protocol -----------------------------------------------------------------
     def put_samples(self, sample_ids, partition_id, fields=None, tags=None, **kwargs):
+        # Row age: the stamp column rides beside the guard's digests (sizing sees `fields`).
+        stored = fields if self._row_age is None else self._row_age.stamp(fields)
         t0 = perf_counter()
-        stored = fields
         if self._guard is not None and fields is not None:
-            pending = self._pool.submit(self._guarded, self._guard.before_put, fields,
-                                        sample_ids, partition_id, fields, where=fields)
+            pending = self._pool.submit(self._guarded, self._guard.before_put, stored,
+                                        sample_ids, partition_id, stored, where=stored)
             if self._overlaps_guard:  # the store awaits it after I/O that needs no digests
                 kwargs["pending_fields"] = pending
             else:
@@ -134,7 +136,9 @@ class InstrumentedClient:
         select, added, mixed = select_fields, False, False
         if guard is not None:
             select = self._guarded(guard.before_get, select_fields, select_fields)
-            added = select != select_fields  # digest columns were asked for by name
+        if self._row_age is not None:
+            select = self._row_age.select(select)
+        added = select != select_fields  # digest or stamp columns were asked for by name
         t1 = perf_counter()
         try:
             try:
@@ -150,6 +154,10 @@ class InstrumentedClient:
             self.record_failure(op, exc, perf_counter() - t1)
             raise
         t2 = perf_counter()
+        if self._row_age is not None:  # ages observed, the stamp column dropped
+            result = self._row_age.observe(
+                op, result, lambda rows, cols: fn(rows, partition_id, cols, **kwargs),
+                sample_ids, mixed)
         if (guard is not None or self._returned_ids is not None) and is_payload(result):
             # Only a TensorDict is checked: anything else goes back untouched.
             result = self._checked(fn, partition_id, kwargs, sample_ids, select_fields,
@@ -170,7 +178,7 @@ class InstrumentedClient:
         ids = sample_ids
         if self._returned_ids is not None:
             ids = self._aligned_ids(sample_ids, partition_id, result)
-        if mixed:  # the guard's digest-only reads are billed to component=guard
+        if mixed and guard is not None:  # its digest-only reads are billed to component=guard
             result = self._guarded(
                 guard.recover_digests, result,
                 lambda rows, cols: fn(rows, partition_id, cols, **kwargs),

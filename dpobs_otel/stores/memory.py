@@ -11,11 +11,16 @@ from typing import Any
 
 from tensordict import TensorDict, TensorDictBase
 
-from .rows import Key, assemble, check_ids, check_put, selected_keys, split_columns
+from .rows import (Key, assemble, check_ids, check_put, selected_keys, split_columns,
+                   split_stamp)
 
 
 class InMemoryDataPlane:
     """A thread-safe key-value tensor store keyed by (partition, sample id, field).
+
+    Row age's stamp (rowage.py) is a per-row value like a field's, but a read that asks for
+    it gets every row's, NOT_STAMPED where a row has none, rather than a refusal, and a full
+    read gets it when any row has one: the reader counts each row as it is (rows.split_stamp).
 
     Rows keep their own shape: uniform rows of a field come back dense, uneven ones as a
     jagged nested tensor. `latency_s` adds a fixed service time to every call (for demos)."""
@@ -61,7 +66,8 @@ class InMemoryDataPlane:
                 if row is None:
                     raise KeyError(f"sample id {sid!r} not in partition {partition_id!r}")
                 rows.append(row)
-            keys = selected_keys(rows, select_fields)
+            select, stamps = split_stamp(select_fields, rows)
+            keys = selected_keys(rows, select)
             columns = {}
             for key in keys:
                 try:
@@ -73,6 +79,9 @@ class InMemoryDataPlane:
         out = TensorDict({}, batch_size=[len(ids)])
         for key, values in columns.items():
             out.set(key if len(key) > 1 else key[0], assemble(values))
+        if stamps is not None:
+            from ..rowage import STAMP
+            out.set(STAMP, stamps)
         return out
 
     get_data = get_samples  # TransferQueue-style name for the same read

@@ -74,3 +74,24 @@ def assemble(values: list):
     if all(v.shape == first.shape for v in values):
         return torch.stack(values)
     return torch.nested.as_nested_tensor(values, layout=torch.jagged)
+
+
+def split_stamp(select_fields, rows: list[dict]):
+    """(the select without row age's stamp column, the read's stamp column or None), for a
+    store that keeps the stamp as a per-row value under the key (STAMP,): the column when the
+    select names it, or on a full read when any row has a stamp; NOT_STAMPED for rows
+    without one."""
+    from ..rowage import NOT_STAMPED, STAMP
+
+    key = (STAMP,)
+    if select_fields is not None:
+        if STAMP not in select_fields:
+            return select_fields, None
+        select_fields = [f for f in select_fields if f != STAMP]
+    else:
+        have = sum(key in row for row in rows)
+        if have == 0 or have == len(rows):
+            return None, None  # none, or a column every row has: a field like any other
+    none = torch.tensor(NOT_STAMPED, dtype=torch.int64)
+    return select_fields, torch.stack([row.get(key, none) for row in rows]) if rows else \
+        torch.zeros(0, dtype=torch.int64)
