@@ -287,3 +287,30 @@ def test_a_wrapped_store_that_refuses_the_stamp_column_is_probed_by_halves():
     reads.clear()
     assert rowage._probe(read, ["r5", "r6"], 2).tolist() == [0, 0]
     assert len(reads) == 3  # the whole, its halves: nothing found, no deeper level
+
+
+def test_an_awaited_store_is_stamped_and_aged_like_a_sync_one(make_tel, monkeypatch):
+    import asyncio
+
+    class Async:
+        def __init__(self):
+            self.store = dpobs.InMemoryDataPlane()
+
+        async def put_samples(self, *a, **k):
+            return self.store.put_samples(*a, **k)
+
+        async def get_samples(self, *a, **k):
+            return self.store.get_samples(*a, **k)
+
+    clock = Clock(monkeypatch)
+    tel = make_tel()
+    c = tel.instrument(Async())
+
+    async def run():
+        await c.put_samples(ids(3), PART, batch(3))
+        clock.advance(0.02)
+        return await c.get_samples(ids(3), PART, ["tok"])
+
+    got = asyncio.run(run())
+    assert list(got.keys()) == ["tok"]
+    assert_histogram(tel, [0.02] * 3)
