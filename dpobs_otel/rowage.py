@@ -37,6 +37,7 @@ NOT_STAMPED = 0  # what carriers put where a row has no stamp (any value <= 0 re
 _SENTINELS = (NONTENSOR_SENTINEL, UNRECORDED_SENTINEL)
 MAX_PROBES = 32  # stamp-only reads per mixed read, at most
 _clock = time.time_ns  # module attribute: tests move the wall clock
+ENV = "DPOBS_ROW_AGE"  # config.Settings reads it (DPOBS_<setting>); start(row_age=) wins
 
 
 def stamp_column(n: int, device=None) -> torch.Tensor:

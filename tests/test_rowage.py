@@ -191,7 +191,7 @@ def test_a_writer_clock_ahead_counts_clock_skew_not_an_age(make_tel, monkeypatch
 
 
 def test_row_age_is_opt_in(make_tel, monkeypatch):
-    monkeypatch.setenv("DPOBS_ROW_AGE", "1")
+    monkeypatch.setenv(rowage.ENV, "1")
     on = dpobs.start(role="test", port=0)
     try:
         assert on.row_age is not None and on.settings.row_age

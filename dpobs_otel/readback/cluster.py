@@ -11,7 +11,9 @@ tel.step_metrics() (stepmetrics.py) under `dpobs/cluster/`: step_s, steps, data_
 frac_of_step (from the sums, absent without a completed step), op/<op>/{seconds, calls,
 errors, mb, share}, codec/<stage>_s, instrumentation_s and _frac, outstanding_mb (the
 gauges now, summed), guard/... (present when any summed process exports guard series,
-absent otherwise), plus frac_of_step_max (the highest one process's fraction), processes,
+absent otherwise), row_age/rows and row_age/mean_s (present when any summed process
+exports row age; mean_s over the rows aged in the window, absent when none), plus
+frac_of_step_max (the highest one process's fraction), processes,
 processes_unreachable, processes_restarted, processes_lost, scrape_s (what the call cost),
 and staleness_s for a Prometheus source (how old the oldest process's newest sample is). No
 per-op maximum: a maximum cannot be differenced from counters.
@@ -65,7 +67,9 @@ def delta(prev: ProcessTotals | None, now: ProcessTotals) -> ProcessTotals:
               if f.name != "buckets"}
         ops[op] = OpTotals(**kw, buckets=_sub(o.buckets, p.buckets))
     guard = None if now.guard is None else _sub(now.guard, prev.guard or {})
-    return replace(now, ops=ops, steps=now.steps - prev.steps,
+    row_age = None if now.row_age is None else tuple(
+        a - b for a, b in zip(now.row_age, prev.row_age or (0.0, 0.0)))
+    return replace(now, ops=ops, steps=now.steps - prev.steps, row_age=row_age,
                    step_seconds=now.step_seconds - prev.step_seconds,
                    codec_seconds=_sub(now.codec_seconds, prev.codec_seconds),
                    instrumentation_seconds=_sub(now.instrumentation_seconds,
@@ -176,6 +180,7 @@ def metrics(w: Window) -> dict[str, float]:
     guards = [d.guard for d in procs if d.guard is not None]
     if guards:
         _sum_into(out, p + "guard/", "", guards)
+    _row_age_into(out, p, [d.row_age for d in procs if d.row_age is not None])
     out[p + "outstanding_mb"] = w.outstanding_bytes / MB
     instr = sum(sum(d.instrumentation_seconds.values()) for d in procs)
     out[p + "instrumentation_s"] = instr
@@ -186,6 +191,17 @@ def metrics(w: Window) -> dict[str, float]:
     if w.staleness_s is not None:
         out[p + "staleness_s"] = w.staleness_s
     return out
+
+
+def _row_age_into(out: dict, p: str, ages: list[tuple[float, float]]) -> None:
+    """row_age/rows and row_age/mean_s (mean only over rows aged): present when any summed
+    process exports row age. No maximum: it cannot be differenced from counters."""
+    if not ages:
+        return
+    seconds, rows = sum(a[0] for a in ages), sum(a[1] for a in ages)
+    out[p + "row_age/rows"] = rows
+    if rows > 0:
+        out[p + "row_age/mean_s"] = seconds / rows
 
 
 def _sum_into(out: dict, prefix: str, suffix: str, dicts: list[dict]) -> None:

@@ -95,6 +95,7 @@ class ProcessTotals:
     outstanding_bytes: float = 0.0
     outstanding_keys: float = 0.0
     guard: dict[str, float] | None = None
+    row_age: tuple[float, float] | None = None  # (seconds, rows) aged; None: row age off
     instance_id: str | None = None
     timestamp: float = 0.0  # when scraped (file_sd) or sampled (Prometheus), Unix seconds
 
@@ -113,6 +114,8 @@ class ProcessTotals:
             if (n.calls < p.calls or n.seconds < p.seconds or n.errors < p.errors
                     or n.bytes < p.bytes or n.keys < p.keys):
                 return True
+        if prev.row_age and (self.row_age is None or self.row_age[1] < prev.row_age[1]):
+            return True
         if prev.guard and self.guard is None:
             return True
         return any(self.guard.get(k, 0) < v for k, v in (prev.guard or {}).items())
@@ -187,6 +190,9 @@ _GUARD_KINDS = {names.GUARD_RECORDED_SERIES: "recorded", names.GUARD_CHECKED_SER
                 names.GUARD_UNVERIFIED_SERIES: "unverified"}
 
 
+_ROW_AGE = {names.ROW_AGE_SERIES + "_sum": True, names.ROW_AGE_SERIES + "_count": False}
+
+
 def totals_from_samples(samples, timestamp: float = 0.0) -> ProcessTotals:
     """One process's ProcessTotals from its samples: (name, labels, value) triples as the
     exposition or a Prometheus query gives them (extra target labels are ignored)."""
@@ -219,6 +225,9 @@ def totals_from_samples(samples, timestamp: float = 0.0) -> ProcessTotals:
             t.outstanding_keys += value
         elif name.startswith("dpobs_guard_"):
             _guard_sample(guard, name, labels, value)
+        elif name in _ROW_AGE:  # summed over ops: (seconds, rows)
+            s, rows = t.row_age or (0.0, 0.0)
+            t.row_age = (s + value, rows) if _ROW_AGE[name] else (s, rows + value)
         elif name == "target_info":
             t.instance_id = labels.get("service_instance_id") or t.instance_id
     if guard:
