@@ -6,6 +6,7 @@ from __future__ import annotations
 import multiprocessing
 import time
 
+import numpy as np
 import pytest
 import torch
 from helpers import scrape, value
@@ -209,7 +210,7 @@ def test_bulk_histogram_equals_one_record_per_row(make_tel):
     """The bulk path reaches into the SDK's aggregations: pinned here. It must be taken on the
     installed SDK, and export exactly what one record() per age exports."""
     tel = make_tel()
-    ages = torch.tensor([0.0001, 0.0003, 0.25, 0.25, 1.0, 7.0, 31.0, 0.004, 0.0], dtype=torch.float64)
+    ages = np.array([0.0001, 0.0003, 0.25, 0.25, 1.0, 7.0, 31.0, 0.004, 0.0])
     bulk = tel.row_age._hist
     bulk.record(ages[:1], float(ages[0]), float(ages[0]), "get")  # creates the aggregation
     assert rowage._sdk_aggregations(bulk._h, {"op": "get"})  # the fast path exists

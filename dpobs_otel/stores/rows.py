@@ -10,6 +10,7 @@ from tensordict import NonTensorData, NonTensorStack, TensorDictBase
 from .. import nested
 
 Key = tuple[str, ...]  # a field name, nested keys flattened to a path
+STAMP_KEY = "stamp"  # where a row dict keeps row age's stamp: a str, so never a field's Key
 
 
 def check_put(sample_ids, fields, tags) -> list[str]:
@@ -64,7 +65,8 @@ def selected_keys(rows: list[dict], select_fields) -> list[Key]:
     common = set(rows[0])
     for row in rows[1:]:
         common &= row.keys()
-    return [k for k in rows[0] if k in common]  # first row's order, fields every row has
+    # first row's order, fields every row has; row age's stamp is no field (read_stamps)
+    return [k for k in rows[0] if k in common and k != STAMP_KEY]
 
 
 def assemble(values: list):
@@ -76,22 +78,36 @@ def assemble(values: list):
     return torch.nested.as_nested_tensor(values, layout=torch.jagged)
 
 
-def split_stamp(select_fields, rows: list[dict]):
-    """(the select without row age's stamp column, the read's stamp column or None), for a
-    store that keeps the stamp as a per-row value under the key (STAMP,): the column when the
-    select names it, or on a full read when any row has a stamp; NOT_STAMPED for rows
-    without one."""
-    from ..rowage import NOT_STAMPED, STAMP
 
-    key = (STAMP,)
+# -- row age's stamp (rowage.py): a per-row int beside the fields, never a field itself ---
+def _stamp_name() -> str:
+    from ..rowage import STAMP  # lazy: a store without row age never loads it
+
+    return STAMP
+
+
+def take_stamps(fields):
+    """(fields without row age's stamp column, its values as ints) for a put; (fields, None)
+    when it has none."""
+    stamp = _stamp_name()
+    if fields is None or stamp not in fields.keys():
+        return fields, None
+    return fields.exclude(stamp), fields.get(stamp).tolist()
+
+
+def read_stamps(select_fields, stamps: list):
+    """(the select without the stamp column, the read's stamp column or None) from the rows'
+    stamps (None where a row has none): the column when the select names it, or on a full
+    read when any row has a stamp, NOT_STAMPED for rows without one, so that a reader counts
+    each row as it is instead of a refusal of the whole read."""
+    from ..rowage import NOT_STAMPED
+
+    stamp = _stamp_name()
     if select_fields is not None:
-        if STAMP not in select_fields:
+        if stamp not in select_fields:
             return select_fields, None
-        select_fields = [f for f in select_fields if f != STAMP]
-    else:
-        have = sum(key in row for row in rows)
-        if have == 0 or have == len(rows):
-            return None, None  # none, or a column every row has: a field like any other
-    none = torch.tensor(NOT_STAMPED, dtype=torch.int64)
-    return select_fields, torch.stack([row.get(key, none) for row in rows]) if rows else \
-        torch.zeros(0, dtype=torch.int64)
+        select_fields = [f for f in select_fields if f != stamp]
+    elif all(s is None for s in stamps):
+        return None, None
+    return select_fields, torch.tensor([NOT_STAMPED if s is None else s for s in stamps],
+                                       dtype=torch.int64)

@@ -32,8 +32,9 @@ import msgpack
 import torch
 from tensordict import TensorDict
 
-from ...rowage import NOT_STAMPED, STAMP
-from ...stores.rows import assemble, check_ids, check_put, selected_keys, split_columns
+from ...rowage import STAMP
+from ...stores.rows import (assemble, check_ids, check_put, read_stamps, selected_keys,
+                            split_columns, take_stamps)
 from ..instrumentation import OwnCalls
 from .index import PartitionIndex
 from .leases import DeferredRemovals
@@ -133,8 +134,8 @@ class MooncakeDataPlane:
 
     def put_samples(self, sample_ids, partition_id, fields=None, tags=None) -> None:
         ids = check_put(sample_ids, fields, tags)
+        fields, stamps = take_stamps(fields)  # into the manifests, not a key per row
         columns = split_columns(fields) if fields is not None else {}
-        stamps = columns.pop((STAMP,), None)  # into the manifests, not a key per row
         found, old_tags, old_stamps = self._manifests(partition_id, ids)
         rows = [r or {} for r in found]
         tensor_keys, tensors, object_keys, objects, manifests = [], [], [], [], []
@@ -150,7 +151,7 @@ class MooncakeDataPlane:
                     tensor_keys.append(f"{base}/{_path(key)}")
                     tensors.append(stored)
             tag = tags[i] if tags is not None else old_tags[i]
-            stamp = int(stamps[i]) if stamps is not None else old_stamps[i]
+            stamp = stamps[i] if stamps is not None else old_stamps[i]
             manifests.append(msgpack.packb([[[list(k), v] for k, v in row.items()], tag,
                                             stamp]))
         row_keys = [self._row_key(partition_id, sid) for sid in ids]
@@ -175,9 +176,7 @@ class MooncakeDataPlane:
         for sid, row in zip(ids, rows):
             if row is None:
                 raise KeyError(f"sample id {sid!r} not in partition {partition_id!r}")
-        stamped = _stamp_column(stamps, select_fields)
-        if stamped is not None and select_fields is not None:
-            select_fields = [f for f in select_fields if f != STAMP]
+        select_fields, stamped = read_stamps(select_fields, stamps)
         keys = selected_keys(rows, select_fields)
         plan = []  # (field, kind per row, store keys)
         for key in keys:
@@ -289,16 +288,6 @@ class MooncakeDataPlane:
             values.update((k, v or None) for k, v in
                           zip(object_keys, self._s.get_batch(object_keys)))
         return values
-
-
-def _stamp_column(stamps, select_fields):
-    """The read's stamp column: asked for by name, or a full read of rows some of which
-    have a stamp; None otherwise."""
-    if select_fields is None and not any(s is not None for s in stamps):
-        return None
-    if select_fields is not None and STAMP not in select_fields:
-        return None
-    return torch.tensor([NOT_STAMPED if s is None else s for s in stamps], dtype=torch.int64)
 
 
 def _check(codes, keys) -> None:
