@@ -22,6 +22,7 @@ from ..testing.stack import Stack, binaries
 from .backends import BACKENDS, available
 from .batches import Config
 from .critical import critical_lines
+from .queue import add_queue_arguments, check_queue, queue_lines
 from .truth import Durations
 from .workload import Workload
 
@@ -52,6 +53,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="compute per step of the rollout, before its put (default 0)")
     p.add_argument("--train-ms", type=float, default=0.0, metavar="MS",
                    help="compute per step of each trainer, after its reads (default 0)")
+    add_queue_arguments(p)
     p.add_argument("--duration", type=float, default=None, metavar="SECONDS",
                    help="run this long instead of --steps; 0 = until stopped")
     p.add_argument("--stack", choices=("auto", "off"), default="auto",
@@ -76,15 +78,16 @@ def config(args) -> Config:
         raise SystemExit("dpobs demo: need 1 <= --min-len <= --max-len")
     if args.rollout_ms < 0 or args.train_ms < 0:
         raise SystemExit("dpobs demo: --rollout-ms and --train-ms cannot be negative")
+    check_queue(args)
     missing = available(args.backend)
     if missing:
         raise SystemExit(f"dpobs demo: --backend {args.backend} needs: {missing}")
     return Config(steps=args.steps, trainers=args.trainers, batch_size=args.batch_size,
-                  min_len=args.min_len, max_len=args.max_len,
+                  min_len=args.min_len, max_len=args.max_len, duration=args.duration,
                   latency_s=args.store_latency_ms / 1e3, verify=args.verify_tensor_hash,
-                  corrupt_at=args.corrupt_at_step, duration=args.duration,
+                  corrupt_at=args.corrupt_at_step, seed=args.seed, job=args.job,
                   sd_dir=args.sd_dir, host=args.host, advertise_host=args.advertise_host,
-                  seed=args.seed, backend=args.backend, job=args.job,
+                  backend=args.backend, async_k=args.async_k, row_age=args.row_age,
                   prefetch=args.prefetch, rollout_ms=args.rollout_ms, train_ms=args.train_ms)
 
 
@@ -271,7 +274,7 @@ def report(res: Result, stack: Stack | None, cfg: Config) -> str:
                      f"{frac_of_step(res.truth[k]):>8.1%}"
                      f"{'-' if p is None else format(p, '.1%'):>12}")
     lines += critical_lines({k: res.total(k) for k in keys}, res.scraped, dp_seconds)
-    lines.append(_guard_line(samples, cfg))
+    lines += queue_lines(res, cfg) + [_guard_line(samples, cfg)]
     if res.cluster is not None:
         lines.append("\nCluster view (tel.cluster_step_metrics(sd_dir), the measured steps)\n"
                      + cluster_text(*res.cluster))
