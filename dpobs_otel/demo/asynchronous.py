@@ -83,7 +83,8 @@ def _more(w, q: Queue, step: int) -> bool:
 class _ROLES:
     @staticmethod
     def rollout(w, q: Queue, step: int) -> None:
-        _until(lambda: step - min(q.consumed) <= w.cfg.async_k)  # at most K steps ahead
+        # at most K steps ahead of the step the slowest trainer is on (its last read + 1)
+        _until(lambda: step - (min(q.consumed) + 1) <= w.cfg.async_k)
         from .workload import _compute
         _compute(w.cfg.rollout_ms)
         w._put(step)
