@@ -14,7 +14,7 @@ told: another boot's file, a file without dpobs's name, or a filesystem without 
 A `ProcessTotals` is one process's cumulative counters at one moment, parsed with
 prometheus_client's text parser: per op (`OpTotals`) calls, seconds, errors, bytes read and
 written, keys, missing rows and the latency histogram's cumulative buckets; steps and step
-seconds; codec seconds per stage; dpobs's own time and swallowed errors per
+seconds; busy and exposed data-plane seconds (DESIGN.md "Time on the critical path"); codec seconds per stage; dpobs's own time and swallowed errors per
 component; outstanding bytes and keys (gauges); the guard's counts in the shape
 stepmetrics.guard_flat gives (None when the process exports no guard series: guard off, or
 on with nothing recorded yet); and the OpenTelemetry `service.instance.id` from target_info
@@ -89,6 +89,8 @@ class ProcessTotals:
     ops: dict[str, OpTotals] = field(default_factory=dict)
     steps: float = 0.0
     step_seconds: float = 0.0
+    busy_seconds: float = 0.0  # absent counters read 0: nothing was ever in flight
+    exposed_seconds: float = 0.0
     codec_seconds: dict[str, float] = field(default_factory=dict)
     instrumentation_seconds: dict[str, float] = field(default_factory=dict)
     instrumentation_errors: dict[str, float] = field(default_factory=dict)
@@ -106,7 +108,7 @@ class ProcessTotals:
         if not set(prev.ops) <= set(self.ops) or not set(prev.codec_seconds) <= set(
                 self.codec_seconds):
             return True
-        if self.steps < prev.steps or self.step_seconds < prev.step_seconds:
+        if any(getattr(self, k) < getattr(prev, k) for k in _STEP_COUNTERS):
             return True
         for op, p in prev.ops.items():
             n = self.ops[op]
@@ -116,6 +118,9 @@ class ProcessTotals:
         if prev.guard and self.guard is None:
             return True
         return any(self.guard.get(k, 0) < v for k, v in (prev.guard or {}).items())
+
+
+_STEP_COUNTERS = ("steps", "step_seconds", "busy_seconds", "exposed_seconds")
 
 
 # -- discovery -------------------------------------------------------------------------
@@ -207,6 +212,10 @@ def totals_from_samples(samples, timestamp: float = 0.0) -> ProcessTotals:
                 o.write_bytes += value
         elif name.startswith(names.STEP_DURATION_SERIES):
             _step_sample(t, name, labels, value)
+        elif name == names.STEP_BUSY_SERIES:
+            t.busy_seconds += value
+        elif name == names.STEP_EXPOSED_SERIES:
+            t.exposed_seconds += value
         elif name == names.CODEC_DURATION_SERIES + "_sum":
             _add(t.codec_seconds, labels.get("stage", ""), value)
         elif name == names.INSTR_TIME_SERIES:
