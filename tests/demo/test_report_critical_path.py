@@ -1,0 +1,107 @@
+"""The demo report's three fractions of step time (op-seconds, busy, exposed), per process and
+for the job: from the workload's truth (when its truth dicts carry busy_s and exposed_s),
+from each process's /metrics samples and from the recording rules. The inputs are written
+here and the expected cells worked out by hand."""
+from __future__ import annotations
+
+import re
+
+from dpobs_otel import names as nm
+from dpobs_otel.demo import report as demo
+from dpobs_otel.demo.truth import Durations
+
+
+def truth(steps, step_s, get_s, busy_s=None, exposed_s=None) -> dict:
+    d = Durations()
+    d.add(get_s)
+    t = {"steps": steps, "step_s": step_s, "bytes": {}, "ops": {"get": d}}
+    if busy_s is not None:
+        t.update(busy_s=busy_s, exposed_s=exposed_s)
+    return t
+
+
+def samples(step_s, get_s, busy_s, exposed_s) -> list:
+    return [(f"{nm.STEP_DURATION_SERIES}_sum", {}, step_s),
+            (f"{nm.OP_DURATION_SERIES}_sum", {"op": "get"}, get_s),
+            (nm.STEP_BUSY_SERIES, {}, busy_s), (nm.STEP_EXPOSED_SERIES, {}, exposed_s)]
+
+
+class Rules:
+    """A stack whose query() answers the rules from a table."""
+
+    def __init__(self, values: dict):
+        self.values = values
+
+    def query(self, expr):
+        return [{"metric": m, "value": v} for m, v in self.values.get(expr, [])]
+
+
+def result(with_clock: bool) -> demo.Result:
+    a, b = ("trainer", 0), ("trainer", 1)
+    clock = (lambda busy, exposed: (busy, exposed)) if with_clock else (lambda *_: (None, None))
+    return demo.Result(
+        info={a: {"instance": "h:1"}, b: {"instance": "h:2"}},
+        warm={a: truth(1, 1.0, 0.5, *clock(0.5, 0.5)), b: truth(1, 1.0, 0.5, *clock(0.5, 0.5))},
+        truth={a: truth(9, 9.0, 4.5, *clock(3.5, 0.5)), b: truth(9, 9.0, 1.5, *clock(1.5, 1.5))},
+        scraped={a: samples(10.0, 5.0, 4.0, 1.0), b: samples(10.0, 2.0, 2.0, 2.0)})
+
+
+def cells(lines: list[str], process: str, span: str, source: str) -> list[str]:
+    """The three cells of one row (rows name the process and span on their first line only)."""
+    current = {"process": "", "span": ""}
+    for line in lines[2:]:
+        m = re.match(r"  (.{12})(.{16})(\S+)\s+(\S+)\s+(\S+)\s+(\S+)$", line)
+        if not m:
+            continue
+        current["process"] = m[1].strip() or current["process"]
+        current["span"] = m[2].strip() or current["span"]
+        if (current["process"], current["span"], m[3]) == (process, span, source):
+            return [m[4], m[5], m[6]]
+    raise AssertionError(f"no row {process} / {span} / {source} in\n" + "\n".join(lines))
+
+
+def test_three_fractions_from_truth_metrics_and_rules():
+    rules = Rules({
+        nm.INSTANCE_FRAC_OF_STEP: [({"instance": "h:1"}, 0.5), ({"instance": "h:2"}, 0.2)],
+        nm.INSTANCE_BUSY_FRAC_OF_STEP: [({"instance": "h:1"}, 0.4), ({"instance": "h:2"}, 0.2)],
+        nm.INSTANCE_EXPOSED_FRAC_OF_STEP: [({"instance": "h:1"}, 0.05)],  # h:2: no series
+        nm.JOB_FRAC_OF_STEP: [({}, 0.35)], nm.JOB_BUSY_FRAC_OF_STEP: [({}, 0.3)],
+        nm.JOB_EXPOSED_FRAC_OF_STEP: [({}, 0.125)],
+        nm.JOB_MAX_EXPOSED_FRAC_OF_STEP: [({}, 0.25)]})
+    lines = demo.critical_path_lines(result(with_clock=True), rules)
+    # trainer 0: every step 10 s, get 5, busy 4, exposed 1; measured 9 s, 4.5, 3.5, 0.5
+    assert cells(lines, "trainer 0", "every step", "truth") == ["50.0%", "40.0%", "10.0%"]
+    assert cells(lines, "trainer 0", "every step", "metrics") == ["50.0%", "40.0%", "10.0%"]
+    assert cells(lines, "trainer 0", "measured steps", "truth") == ["50.0%", "38.9%", "5.6%"]
+    assert cells(lines, "trainer 0", "measured steps", "rules") == ["50.0%", "40.0%", "5.0%"]
+    assert cells(lines, "trainer 1", "measured steps", "rules") == ["20.0%", "20.0%", "-"]
+    # job, every step: (5 + 2) / 20, (4 + 2) / 20, (1 + 2) / 20
+    assert cells(lines, "job", "every step", "truth") == ["35.0%", "30.0%", "15.0%"]
+    assert cells(lines, "job", "every step", "metrics") == ["35.0%", "30.0%", "15.0%"]
+    # measured: (4.5 + 1.5) / 18, (3.5 + 1.5) / 18, (0.5 + 1.5) / 18
+    assert cells(lines, "job", "measured steps", "truth") == ["33.3%", "27.8%", "11.1%"]
+    assert cells(lines, "job", "measured steps", "rules") == ["35.0%", "30.0%", "12.5%"]
+    assert lines[-1].endswith(f"({nm.JOB_MAX_EXPOSED_FRAC_OF_STEP}): 25.0%")
+
+
+def test_without_the_workload_clock_the_truth_shows_only_op_seconds():
+    lines = demo.critical_path_lines(result(with_clock=False), None)
+    assert cells(lines, "trainer 1", "every step", "truth") == ["20.0%", "-", "-"]
+    assert cells(lines, "trainer 1", "every step", "metrics") == ["20.0%", "20.0%", "20.0%"]
+    assert not [line for line in lines if "rules" in line.split()]
+
+
+def test_a_counter_no_process_serves_is_no_answer_not_zero():
+    res = result(with_clock=False)
+    res.scraped = {k: [s for s in v if s[0] != nm.STEP_EXPOSED_SERIES]
+                   for k, v in res.scraped.items()}
+    lines = demo.critical_path_lines(res, None)
+    assert cells(lines, "job", "every step", "metrics") == ["35.0%", "30.0%", "-"]
+
+
+def test_merge_sums_the_clock_only_when_every_part_has_it():
+    with_clock = truth(1, 2.0, 1.0, 0.5, 0.25)
+    assert demo.merge([with_clock, with_clock])["busy_s"] == 1.0
+    assert demo.merge([with_clock, with_clock])["exposed_s"] == 0.5
+    assert "busy_s" not in demo.merge([with_clock, truth(1, 2.0, 1.0)])
+    assert demo.fractions(truth(0, 0.0, 0.0)) == (None, None, None)
