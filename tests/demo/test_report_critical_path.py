@@ -1,4 +1,4 @@
-"""The demo report's three fractions of step time (op-seconds, busy, exposed), per process and
+"""`dpobs compare`'s table and the demo report's three fractions of step time (op-seconds, busy, exposed), per process and
 for the job: from the workload's truth (when its truth dicts carry busy_s and exposed_s),
 from each process's /metrics samples and from the recording rules. The inputs are written
 here and the expected cells worked out by hand."""
@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 from dpobs_otel import names as nm
+from dpobs_otel.demo import compare
 from dpobs_otel.demo import report as demo
 from dpobs_otel.demo.truth import Durations
 
@@ -105,3 +106,21 @@ def test_merge_sums_the_clock_only_when_every_part_has_it():
     assert demo.merge([with_clock, with_clock])["exposed_s"] == 0.5
     assert "busy_s" not in demo.merge([with_clock, truth(1, 2.0, 1.0)])
     assert demo.fractions(truth(0, 0.0, 0.0)) == (None, None, None)
+
+
+def test_compare_prints_the_three_fractions_per_backend():
+    nan = float("nan")
+    one = {"ops": {}, "roles": {}, "frac": (0.6, 0.625), "own": 0.01, "guard": None,
+           "critical": {"busy": (0.5, 0.5), "exposed": (0.125, None),
+                        "most stalled": (0.25, None)}}
+    two = dict(one, frac=(0.3, 0.3), critical={"busy": (nan, None), "exposed": (0.05, 0.0625),
+                                               "most stalled": (nan, None)})
+    lines = compare.table({"memory": one, "mooncake": two}).splitlines()
+
+    def row(label):
+        (line,) = [x for x in lines if x.strip().startswith(label + "  ")]
+        return re.split(r"\s{2,}", line.strip())[1:]
+    assert row("job") == ["60.0% (62.5%)", "30.0% (30.0%)"]
+    assert row("busy") == ["50.0% (50.0%)", "-"]
+    assert row("exposed") == ["12.5%", "5.0% (6.2%)"]
+    assert row("most stalled") == ["25.0%", "-"]
