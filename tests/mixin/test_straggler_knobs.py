@@ -5,6 +5,8 @@ median anyway (the median of two is their mean); a lower factor makes the minimu
 clause the only thing keeping a pair silent, so a rule without it fails here."""
 from __future__ import annotations
 
+import json
+import re
 import shutil
 import subprocess
 
@@ -14,6 +16,7 @@ import yaml
 from dpobs_otel import names as n
 from dpobs_otel.mixin import Config
 from dpobs_otel.mixin.alerts import alerts_file
+from dpobs_otel.mixin.dashboards import overview, render
 from dpobs_otel.mixin.rules import recording_file
 
 OP = n.OP_DURATION_SERIES
@@ -68,3 +71,30 @@ def test_the_minimum_number_of_processes_is_a_knob(tmp_path):
     means = {"trainer": [0.1, 0.1, 0.5]}
     assert _fires(tmp_path, Config(), means) == {("trainer", "2")}
     assert _fires(tmp_path, Config(straggler_min_processes=4), means) == set()
+
+
+def test_the_dashboard_ratio_panel_is_the_alert_ratio(tmp_path):
+    """The overview's straggler table, evaluated by promtool on per-process means: each
+    process over its role's median, the node filter narrowing the rows, not the median."""
+
+    dash = json.loads(render(overview))
+    panels = [p for r in dash["panels"] for p in [r, *r.get("panels", [])]]
+    (panel,) = [p for p in panels if p["title"].startswith("Processes by mean latency")]
+    (target,) = panel["targets"]
+    expr = re.sub(r"\$\{?job\}?", "j", target["expr"])
+    expr = re.sub(r"\$\{?node\}?", "n1|n2", expr)  # n3, the slowest, is filtered out
+    mean = n.INSTANCE_OP_MEAN
+    series = [{"series": f'{mean}{{job="j",node="n{i}",instance="h{i}:9",role="trainer",'
+                         f'rank="{i}",op="get"}}', "values": f"{m}x5"}
+              for i, m in ((1, 0.25), (2, 0.5), (3, 1.5))]
+    # The role's median (0.25, 0.5, 1.5) is 0.5, n3 included though it is not shown.
+    want = [{"labels": f'{{job="j",node="n{i}",instance="h{i}:9",role="trainer",rank="{i}",'
+                       f'op="get"}}', "value": v} for i, v in ((1, 0.5), (2, 1.0))]
+    test = {"rule_files": [], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m", "input_series": series,
+        "promql_expr_test": [{"expr": expr, "eval_time": "2m", "exp_samples": want}]}]}
+    (tmp_path / "t.yml").write_text(yaml.safe_dump(test))
+    promtool = shutil.which("promtool") or pytest.fail("promtool is not on PATH")
+    r = subprocess.run([promtool, "test", "rules", "t.yml"], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
