@@ -30,7 +30,8 @@ from .backends import BACKENDS, available
 from .batches import Config
 from .logs import BackendLog, log_dir
 from .progress import Progress
-from .report import fractions, frac_of_step, merge, op_shares, quantile, session
+from .critical import fractions
+from .report import frac_of_step, merge, op_shares, quantile, session
 from ..testing.stack import Stack, StackError, binaries
 
 INTERVAL = "250ms"  # the private Prometheus's scrape and evaluation interval

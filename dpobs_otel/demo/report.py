@@ -21,6 +21,7 @@ from .progress import Progress
 from ..testing.stack import Stack, binaries
 from .backends import BACKENDS, available
 from .batches import Config
+from .critical import CRITICAL_PATH, critical_path_lines
 from .truth import Durations
 from .workload import Workload
 
@@ -144,16 +145,10 @@ def parse_metrics(text: str) -> list[tuple[str, dict, float]]:
 
 
 # -- truth arithmetic (the test uses these too) ------------------------------------------
-# Seconds a truth dict may carry beside step_s: the workload's own clock of busy time (a
-# call in flight while a step is open) and exposed time (a step blocked waiting for data).
-# Summed by merge() only when every part carries them; the report shows '-' without them.
-CRITICAL_PATH = ("busy_s", "exposed_s")
-
-
 def merge(truths) -> dict:
     truths = list(truths)
     out = {"steps": 0, "step_s": 0.0, "bytes": {}, "ops": {}}
-    for key in CRITICAL_PATH:
+    for key in CRITICAL_PATH:  # the workload's busy and exposed clock, when every part has it
         if truths and all(key in t for t in truths):
             out[key] = sum(t[key] for t in truths)
     for t in truths:
@@ -172,14 +167,6 @@ def dp_seconds(t: dict) -> float:
 
 def frac_of_step(t: dict) -> float:
     return dp_seconds(t) / t["step_s"] if t["step_s"] else 0.0
-
-
-def fractions(t: dict) -> tuple[float | None, float | None, float | None]:
-    """(op-seconds, busy, exposed) over step time of a truth dict; None where it has no
-    clock for it (or no step)."""
-    if not t["step_s"]:
-        return None, None, None
-    return (frac_of_step(t), *(t[k] / t["step_s"] if k in t else None for k in CRITICAL_PATH))
 
 
 def op_shares(t: dict) -> dict[str, float]:
@@ -285,69 +272,6 @@ def report(res: Result, stack: Stack | None, cfg: Config) -> str:
     if stack is not None:
         lines += _prometheus_lines(stack, measured)
     return "\n".join(lines)
-
-
-def metric_fractions(samples) -> tuple[float | None, float | None, float | None]:
-    """(op-seconds, busy, exposed) over step time from one or more processes' samples;
-    None for a series none of them serves (a process without the counters)."""
-    step = metric_sum(samples, f"{nm.STEP_DURATION_SERIES}_sum")
-    if not step:
-        return None, None, None
-    served = {n for n, _, _ in samples}
-    return tuple(metric_sum(samples, series) / step if series in served else None
-                 for series in (f"{nm.OP_DURATION_SERIES}_sum", nm.STEP_BUSY_SERIES,
-                                nm.STEP_EXPOSED_SERIES))
-
-
-RULES = ((nm.INSTANCE_FRAC_OF_STEP, nm.INSTANCE_BUSY_FRAC_OF_STEP,
-          nm.INSTANCE_EXPOSED_FRAC_OF_STEP),
-         (nm.JOB_FRAC_OF_STEP, nm.JOB_BUSY_FRAC_OF_STEP, nm.JOB_EXPOSED_FRAC_OF_STEP))
-
-
-def _rule_fractions(stack: Stack | None) -> tuple[dict, tuple]:
-    """The recording rules' three fractions: {instance: (op-s, busy, exposed)} and the
-    job's; None where a rule has no series."""
-    if stack is None:
-        return {}, (None, None, None)
-    per = [{r["metric"].get("instance"): r["value"] for r in stack.query(e)} for e in RULES[0]]
-    job = tuple(next((r["value"] for r in stack.query(e)), None) for e in RULES[1])
-    return {i: tuple(p.get(i) for p in per) for i in per[0]}, job
-
-
-def critical_path_lines(res: Result, stack: Stack | None) -> list[str]:
-    """The three fractions of step time per process and for the job: truth and /metrics over
-    every step, truth and the recording rules over the measured steps (the ones Prometheus
-    rates). Truth rows show busy and exposed when the truth dicts carry CRITICAL_PATH."""
-    def cells(fr) -> str:
-        return "".join(f"{'-' if x is None else format(x, '.1%'):>9}" for x in fr)
-
-    def block(name: str, rows: list) -> None:
-        for i, (span, source, fr) in enumerate(rows):
-            lines.append(f"  {name if i == 0 else '':<12}{span:<16}{source:<9}{cells(fr)}")
-
-    keys = list(res.info)
-    per, job = _rule_fractions(stack)
-    lines = ["\nTime on the critical path, fraction of step time: op-s = seconds inside calls "
-             "(overlaps add up), busy = a call in flight, exposed = the step waited on data",
-             f"  {'process':<12}{'span':<16}{'source':<9}{'op-s':>9}{'busy':>9}{'exposed':>9}"]
-    for k in sorted(keys, key=lambda k: -frac_of_step(res.total(k))):
-        rows = [("every step", "truth", fractions(res.total(k))),
-                ("", "metrics", metric_fractions(res.scraped[k])),
-                ("measured steps", "truth", fractions(res.truth[k]))]
-        if stack is not None:
-            rows.append(("", "rules", per.get(res.info[k]["instance"], (None,) * 3)))
-        block(f"{k[0]} {k[1]}", rows)
-    rows = [("every step", "truth", fractions(merge(res.total(k) for k in keys))),
-            ("", "metrics", metric_fractions([s for k in keys for s in res.scraped[k]])),
-            ("measured steps", "truth", fractions(merge(res.truth[k] for k in keys)))]
-    if stack is not None:
-        rows.append(("", "rules", job))
-    block("job", rows)
-    if stack is not None:
-        stalled = next((r["value"] for r in stack.query(nm.JOB_MAX_EXPOSED_FRAC_OF_STEP)), None)
-        lines.append(f"  most stalled process, exposed ({nm.JOB_MAX_EXPOSED_FRAC_OF_STEP}): "
-                     + ("-" if stalled is None else f"{stalled:.1%}"))
-    return lines
 
 
 def _oprow(op, source, calls, seconds, qs, nbytes, share) -> str:

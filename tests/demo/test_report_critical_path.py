@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 from dpobs_otel import names as nm
-from dpobs_otel.demo import compare
+from dpobs_otel.demo import compare, critical
 from dpobs_otel.demo import report as demo
 from dpobs_otel.demo.truth import Durations
 
@@ -69,7 +69,7 @@ def test_three_fractions_from_truth_metrics_and_rules():
         nm.JOB_FRAC_OF_STEP: [({}, 0.35)], nm.JOB_BUSY_FRAC_OF_STEP: [({}, 0.3)],
         nm.JOB_EXPOSED_FRAC_OF_STEP: [({}, 0.125)],
         nm.JOB_MAX_EXPOSED_FRAC_OF_STEP: [({}, 0.25)]})
-    lines = demo.critical_path_lines(result(with_clock=True), rules)
+    lines = critical.critical_path_lines(result(with_clock=True), rules)
     # trainer 0: every step 10 s, get 5, busy 4, exposed 1; measured 9 s, 4.5, 3.5, 0.5
     assert cells(lines, "trainer 0", "every step", "truth") == ["50.0%", "40.0%", "10.0%"]
     assert cells(lines, "trainer 0", "every step", "metrics") == ["50.0%", "40.0%", "10.0%"]
@@ -86,7 +86,7 @@ def test_three_fractions_from_truth_metrics_and_rules():
 
 
 def test_without_the_workload_clock_the_truth_shows_only_op_seconds():
-    lines = demo.critical_path_lines(result(with_clock=False), None)
+    lines = critical.critical_path_lines(result(with_clock=False), None)
     assert cells(lines, "trainer 1", "every step", "truth") == ["20.0%", "-", "-"]
     assert cells(lines, "trainer 1", "every step", "metrics") == ["20.0%", "20.0%", "20.0%"]
     assert not [line for line in lines if "rules" in line.split()]
@@ -96,7 +96,7 @@ def test_a_counter_no_process_serves_is_no_answer_not_zero():
     res = result(with_clock=False)
     res.scraped = {k: [s for s in v if s[0] != nm.STEP_EXPOSED_SERIES]
                    for k, v in res.scraped.items()}
-    lines = demo.critical_path_lines(res, None)
+    lines = critical.critical_path_lines(res, None)
     assert cells(lines, "job", "every step", "metrics") == ["35.0%", "30.0%", "-"]
 
 
@@ -105,7 +105,7 @@ def test_merge_sums_the_clock_only_when_every_part_has_it():
     assert demo.merge([with_clock, with_clock])["busy_s"] == 1.0
     assert demo.merge([with_clock, with_clock])["exposed_s"] == 0.5
     assert "busy_s" not in demo.merge([with_clock, truth(1, 2.0, 1.0)])
-    assert demo.fractions(truth(0, 0.0, 0.0)) == (None, None, None)
+    assert critical.fractions(truth(0, 0.0, 0.0)) == (None, None, None)
 
 
 def test_compare_prints_the_three_fractions_per_backend():
