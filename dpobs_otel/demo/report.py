@@ -21,7 +21,7 @@ from .progress import Progress
 from ..testing.stack import Stack, binaries
 from .backends import BACKENDS, available
 from .batches import Config
-from .critical import CRITICAL_PATH, critical_path_lines
+from .critical import critical_path_lines
 from .truth import Durations
 from .workload import Workload
 
@@ -45,6 +45,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="turn on the wire guard (dpobs.start(verify_tensor_hash=True))")
     p.add_argument("--corrupt-at-step", type=int, default=None, metavar="N",
                    help="an uninstrumented writer rewrites one row at measured step N")
+    p.add_argument("--prefetch", action="store_true",
+                   help="the rollout runs one step ahead and each trainer reads its next shard "
+                        "on a thread while it trains (exposed time falls below busy time)")
+    p.add_argument("--rollout-ms", type=float, default=0.0, metavar="MS",
+                   help="compute per step of the rollout, before its put (default 0)")
+    p.add_argument("--train-ms", type=float, default=0.0, metavar="MS",
+                   help="compute per step of each trainer, after its reads (default 0)")
     p.add_argument("--duration", type=float, default=None, metavar="SECONDS",
                    help="run this long instead of --steps; 0 = until stopped")
     p.add_argument("--stack", choices=("auto", "off"), default="auto",
@@ -67,6 +74,8 @@ def config(args) -> Config:
         raise SystemExit("dpobs demo: need --trainers >= 1 and --batch-size >= --trainers")
     if not 1 <= args.min_len <= args.max_len:
         raise SystemExit("dpobs demo: need 1 <= --min-len <= --max-len")
+    if args.rollout_ms < 0 or args.train_ms < 0:
+        raise SystemExit("dpobs demo: --rollout-ms and --train-ms cannot be negative")
     missing = available(args.backend)
     if missing:
         raise SystemExit(f"dpobs demo: --backend {args.backend} needs: {missing}")
@@ -75,7 +84,8 @@ def config(args) -> Config:
                   latency_s=args.store_latency_ms / 1e3, verify=args.verify_tensor_hash,
                   corrupt_at=args.corrupt_at_step, duration=args.duration,
                   sd_dir=args.sd_dir, host=args.host, advertise_host=args.advertise_host,
-                  seed=args.seed, backend=args.backend, job=args.job)
+                  seed=args.seed, backend=args.backend, job=args.job,
+                  prefetch=args.prefetch, rollout_ms=args.rollout_ms, train_ms=args.train_ms)
 
 
 # -- a run, kept up while its results are read --------------------------------------------
@@ -146,14 +156,10 @@ def parse_metrics(text: str) -> list[tuple[str, dict, float]]:
 
 # -- truth arithmetic (the test uses these too) ------------------------------------------
 def merge(truths) -> dict:
-    truths = list(truths)
-    out = {"steps": 0, "step_s": 0.0, "bytes": {}, "ops": {}}
-    for key in CRITICAL_PATH:  # the workload's busy and exposed clock, when every part has it
-        if truths and all(key in t for t in truths):
-            out[key] = sum(t[key] for t in truths)
+    out = {"steps": 0, "step_s": 0.0, "busy_s": 0.0, "exposed_s": 0.0, "bytes": {}, "ops": {}}
     for t in truths:
-        out["steps"] += t["steps"]
-        out["step_s"] += t["step_s"]
+        for k in ("steps", "step_s", "busy_s", "exposed_s"):
+            out[k] += t[k]
         for k, v in t["bytes"].items():
             out["bytes"][k] = out["bytes"].get(k, 0) + v
         for op, d in t["ops"].items():

@@ -1,7 +1,7 @@
-"""`dpobs compare`'s table and the demo report's three fractions of step time (op-seconds, busy, exposed), per process and
-for the job: from the workload's truth (when its truth dicts carry busy_s and exposed_s),
-from each process's /metrics samples and from the recording rules. The inputs are written
-here and the expected cells worked out by hand."""
+"""`dpobs compare`'s table and the demo report's three fractions of step time (op-seconds,
+busy, exposed), per process and for the job: from the workload's clock, from each process's
+/metrics samples and from the recording rules. The inputs are written here and the expected
+cells worked out by hand."""
 from __future__ import annotations
 
 import re
@@ -12,13 +12,11 @@ from dpobs_otel.demo import report as demo
 from dpobs_otel.demo.truth import Durations
 
 
-def truth(steps, step_s, get_s, busy_s=None, exposed_s=None) -> dict:
+def truth(steps, step_s, get_s, busy_s, exposed_s) -> dict:
     d = Durations()
     d.add(get_s)
-    t = {"steps": steps, "step_s": step_s, "bytes": {}, "ops": {"get": d}}
-    if busy_s is not None:
-        t.update(busy_s=busy_s, exposed_s=exposed_s)
-    return t
+    return {"steps": steps, "step_s": step_s, "busy_s": busy_s, "exposed_s": exposed_s,
+            "bytes": {}, "ops": {"get": d}}
 
 
 def samples(step_s, get_s, busy_s, exposed_s) -> list:
@@ -37,13 +35,12 @@ class Rules:
         return [{"metric": m, "value": v} for m, v in self.values.get(expr, [])]
 
 
-def result(with_clock: bool) -> demo.Result:
+def result() -> demo.Result:
     a, b = ("trainer", 0), ("trainer", 1)
-    clock = (lambda busy, exposed: (busy, exposed)) if with_clock else (lambda *_: (None, None))
     return demo.Result(
         info={a: {"instance": "h:1"}, b: {"instance": "h:2"}},
-        warm={a: truth(1, 1.0, 0.5, *clock(0.5, 0.5)), b: truth(1, 1.0, 0.5, *clock(0.5, 0.5))},
-        truth={a: truth(9, 9.0, 4.5, *clock(3.5, 0.5)), b: truth(9, 9.0, 1.5, *clock(1.5, 1.5))},
+        warm={a: truth(1, 1.0, 0.5, 0.5, 0.5), b: truth(1, 1.0, 0.5, 0.5, 0.5)},
+        truth={a: truth(9, 9.0, 4.5, 3.5, 0.5), b: truth(9, 9.0, 1.5, 1.5, 1.5)},
         scraped={a: samples(10.0, 5.0, 4.0, 1.0), b: samples(10.0, 2.0, 2.0, 2.0)})
 
 
@@ -69,7 +66,7 @@ def test_three_fractions_from_truth_metrics_and_rules():
         nm.JOB_FRAC_OF_STEP: [({}, 0.35)], nm.JOB_BUSY_FRAC_OF_STEP: [({}, 0.3)],
         nm.JOB_EXPOSED_FRAC_OF_STEP: [({}, 0.125)],
         nm.JOB_MAX_EXPOSED_FRAC_OF_STEP: [({}, 0.25)]})
-    lines = critical.critical_path_lines(result(with_clock=True), rules)
+    lines = critical.critical_path_lines(result(), rules)
     # trainer 0: every step 10 s, get 5, busy 4, exposed 1; measured 9 s, 4.5, 3.5, 0.5
     assert cells(lines, "trainer 0", "every step", "truth") == ["50.0%", "40.0%", "10.0%"]
     assert cells(lines, "trainer 0", "every step", "metrics") == ["50.0%", "40.0%", "10.0%"]
@@ -85,27 +82,12 @@ def test_three_fractions_from_truth_metrics_and_rules():
     assert lines[-1].endswith(f"({nm.JOB_MAX_EXPOSED_FRAC_OF_STEP}): 25.0%")
 
 
-def test_without_the_workload_clock_the_truth_shows_only_op_seconds():
-    lines = critical.critical_path_lines(result(with_clock=False), None)
-    assert cells(lines, "trainer 1", "every step", "truth") == ["20.0%", "-", "-"]
+def test_without_prometheus_there_are_no_rules_rows():
+    lines = critical.critical_path_lines(result(), None)
+    assert cells(lines, "trainer 1", "every step", "truth") == ["20.0%", "20.0%", "20.0%"]
     assert cells(lines, "trainer 1", "every step", "metrics") == ["20.0%", "20.0%", "20.0%"]
     assert not [line for line in lines if "rules" in line.split()]
-
-
-def test_a_counter_no_process_serves_is_no_answer_not_zero():
-    res = result(with_clock=False)
-    res.scraped = {k: [s for s in v if s[0] != nm.STEP_EXPOSED_SERIES]
-                   for k, v in res.scraped.items()}
-    lines = critical.critical_path_lines(res, None)
-    assert cells(lines, "job", "every step", "metrics") == ["35.0%", "30.0%", "-"]
-
-
-def test_merge_sums_the_clock_only_when_every_part_has_it():
-    with_clock = truth(1, 2.0, 1.0, 0.5, 0.25)
-    assert demo.merge([with_clock, with_clock])["busy_s"] == 1.0
-    assert demo.merge([with_clock, with_clock])["exposed_s"] == 0.5
-    assert "busy_s" not in demo.merge([with_clock, truth(1, 2.0, 1.0)])
-    assert critical.fractions(truth(0, 0.0, 0.0)) == (None, None, None)
+    assert critical.fractions(truth(0, 0.0, 0.0, 0.0, 0.0)) == (None, None, None)
 
 
 def test_compare_prints_the_three_fractions_per_backend():
