@@ -108,6 +108,7 @@ def measure(stack: Stack, cfg: Config, err=None) -> dict:
                            frac_of_step(t))
             whole["roles"][role] = frac_of_step(merge(
                 v for (r, _), v in [*res.warm.items(), *res.truth.items()] if r == role))
+        whole["critical"] = dict(zip(("busy", "exposed"), fractions(counted)[1:]))
         overall = (one(f"{JOB_FRAC_OF_STEP}{{{job}}}"), frac_of_step(truth))
         _, busy, exposed = fractions(truth)  # None until the workload keeps that clock
         critical = {"busy": (one(f"{JOB_BUSY_FRAC_OF_STEP}{{{job}}}"), busy),
