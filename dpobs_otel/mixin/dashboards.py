@@ -131,7 +131,7 @@ def _straggler_panels(c: Config) -> list:
         Query(f"{mean}\n  / {c.on('job', 'role', 'op')} group_left ()\n"
               f"quantile without (node, instance, rank) (0.5, {role})",
               "{{node}} {{instance}} {{role}} {{op}}"),
-        ["job", "role", "op", "rank", "node", "instance"])
+        ["job", "role", "op", "rank", "node", "instance"], width=12)
     return [lines, ratio]
 
 
