@@ -44,9 +44,11 @@ class Queue:
         return 2 * (step % (len(self.put_times) // 2))
 
 
-def loop(w) -> None:
-    """A workload _Worker's steps in --async mode (workload.py's loop, without barriers)."""
+def loop(w, compute) -> None:
+    """A workload _Worker's steps in --async mode (workload.py's loop, without barriers);
+    compute(ms) is a role's compute for a step."""
     q, step = w.sync.queue, 0
+    w.compute = compute
     w.dp, w.client = w.on[0], _Clocked(w.on[1])
     while _more(w, q, step):
         t0 = perf_counter()
@@ -85,8 +87,7 @@ class _ROLES:
     def rollout(w, q: Queue, step: int) -> None:
         # at most K steps ahead of the step the slowest trainer is on (its last read + 1)
         _until(lambda: step - (min(q.consumed) + 1) <= w.cfg.async_k)
-        from .workload import _compute
-        _compute(w.cfg.rollout_ms)
+        w.compute(w.cfg.rollout_ms)
         w._put(step)
         t0, t1 = w.client.spans.pop()  # the put's call: its rows' stamp lies inside
         w.client.spans.clear()
@@ -99,7 +100,6 @@ class _ROLES:
 
     @staticmethod
     def trainer(w, q: Queue, step: int) -> None:
-        from .workload import _compute
         with w.truth.waiting(), w.dp.waiting():  # rows not there yet: the consumer waits
             _until(lambda: q.produced.value >= step)
         i = q.slot(step)
@@ -112,7 +112,7 @@ class _ROLES:
             age[1] += (r1 - put0) * rows
             age[2] += rows
         w.client.spans.clear()
-        _compute(w.cfg.train_ms)
+        w.compute(w.cfg.train_ms)
         q.consumed[w.rank] = step
 
     @staticmethod

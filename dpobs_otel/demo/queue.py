@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from .. import names as nm
 from ..readback import verdict as v
+from ..readback.scrape import quantile  # histogram_quantile over cumulative buckets
 
 
 def add_queue_arguments(p) -> None:
@@ -34,8 +35,6 @@ def row_age_truth(res, keys) -> tuple[float, float, int]:
 
 def metric_row_age(samples) -> tuple[float, float, float, float]:
     """(mean, p50, p99, rows) of the row-age histogram summed over processes."""
-    from .report import bucket_quantile  # the report's histogram_quantile
-
     total = rows = 0.0
     buckets: dict[float, float] = {}
     for name, labels, value in samples:
@@ -47,7 +46,9 @@ def metric_row_age(samples) -> tuple[float, float, float, float]:
             le = float(labels["le"])
             buckets[le] = buckets.get(le, 0.0) + value
     mean = total / rows if rows else float("nan")
-    return mean, bucket_quantile(buckets, 0.5), bucket_quantile(buckets, 0.99), rows
+    if not rows:
+        return mean, float("nan"), float("nan"), rows
+    return mean, quantile(buckets, 0.5), quantile(buckets, 0.99), rows
 
 
 def queue(res) -> v.Queue:

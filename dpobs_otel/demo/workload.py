@@ -137,7 +137,7 @@ class _Worker:
 
     def loop(self) -> None:
         if self.cfg.async_k:
-            return asynchronous.loop(self)
+            return asynchronous.loop(self, _compute)
         sync, step, t_prev, on = self.sync, 0, 0.0, True
         while True:
             if self.role == "rollout":
