@@ -95,3 +95,29 @@ def from_processes(procs: list[tuple[str, dict]], c: Config = DEFAULT) -> Queue:
     if aged > 0:
         q.row_age_mean_s = sum(n["age_s"] for n in cons) / aged
     return q
+
+
+def counts_of(t) -> dict[str, float]:
+    """`counts` from a scrape.ProcessTotals (a process's totals or a window's delta)."""
+    put = t.ops.get("put")
+    return {"step_s": t.step_seconds, "steps": t.steps, "exposed_s": t.exposed_seconds,
+            "busy_s": t.busy_seconds, "age_s": t.row_age_seconds, "aged": t.row_age_rows,
+            "outstanding": t.outstanding_keys, "puts": put.calls if put is not None else 0.0}
+
+
+def per_job_from_prometheus(query, window: str = "5m") -> dict[str, list[tuple[str, dict]]]:
+    """job -> [(role, counts per second over the window)] per process, from raw series
+    (query(expr) -> [(labels, value)]): rates, since every verdict number is a ratio."""
+    by = "sum by (job, node, instance, role)"
+    exprs = {key: f"{by} ({name})" if key == "outstanding" else f"{by} (rate({name}[{window}]))"
+             for name, key in _SERIES.items()}
+    exprs["puts"] = f'{by} (rate({names.OP_DURATION_SERIES}_count{{op="put"}}[{window}]))'
+    procs: dict[tuple, dict] = {}
+    for key, expr in exprs.items():
+        for m, value in query(expr):
+            who = tuple(m.get(k, "") for k in ("job", "node", "instance", "role"))
+            procs.setdefault(who, dict.fromkeys(exprs, 0.0))[key] += value
+    out: dict[str, list] = {}
+    for (job, _, _, role), n in procs.items():
+        out.setdefault(job, []).append((role, n))
+    return out
