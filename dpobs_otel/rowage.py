@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import threading
 import time
+from bisect import bisect_left
 from time import perf_counter
 
 import numpy as np
@@ -35,7 +36,7 @@ from .guard.columns import (DIGEST_PREFIX, NONTENSOR_SENTINEL, STAMP, UNRECORDED
 
 STAMP_KEY = STAMP[len(DIGEST_PREFIX):]  # its key in the family (and TransferQueue's entries)
 NOT_STAMPED = 0  # what carriers put where a row has no stamp (any value <= 0 reads as none)
-_SENTINELS = (NONTENSOR_SENTINEL, UNRECORDED_SENTINEL)
+_UNSET = min(NONTENSOR_SENTINEL, UNRECORDED_SENTINEL)  # stamps from here up: sentinels
 MAX_PROBES = 32  # stamp-only reads per mixed read, at most
 _clock = time.time_ns  # module attribute: tests move the wall clock
 ENV = "DPOBS_ROW_AGE"  # config.Settings reads it (DPOBS_<setting>); start(row_age=) wins
@@ -119,20 +120,35 @@ class RowAge:
             self._add_unstamped(op, "no_stamp", n)
             return
         stamps = col.cpu().numpy()  # numpy: a few microseconds a call where torch's are tens
-        have = (stamps > 0) & (stamps != _SENTINELS[0]) & (stamps != _SENTINELS[1])
+        lo, hi = int(stamps.min()), int(stamps.max())
+        if lo == hi:  # one put's rows, the usual read: one age for them all
+            age = (now - lo) / 1e9
+            if not 0 < lo < _UNSET:
+                self._add_unstamped(op, "no_stamp", n)
+            elif age < 0:
+                self._add_unstamped(op, "clock_skew", n)
+            else:
+                self._aged(op, self._hist.counts_of_one(age, n), age * n, age, age, n,
+                           lambda: [age] * n)
+            return
+        have = (stamps > 0) & (stamps < _UNSET)
         ages = (now - stamps[have]) / 1e9
         skewed = int((ages < 0).sum())
         ages = ages[ages >= 0]
         self._add_unstamped(op, "no_stamp", n - int(have.sum()))
         self._add_unstamped(op, "clock_skew", skewed)
         if len(ages):
-            total, top = float(ages.sum()), float(ages.max())
-            self._hist.record(ages, total, top, op)
-            with self._lock:
-                w = self._window
-                w[0] += total
-                w[1] = max(w[1], top)
-                w[2] += len(ages)
+            self._aged(op, self._hist.counts_of(ages), float(ages.sum()), float(ages.min()),
+                       float(ages.max()), len(ages), ages.tolist)
+
+    def _aged(self, op: str, counts: list, total: float, low: float, top: float,
+              rows: int, values) -> None:
+        self._hist.add(counts, total, low, top, op, values)
+        with self._lock:
+            w = self._window
+            w[0] += total
+            w[1] = max(w[1], top)
+            w[2] += rows
 
     def _add_unstamped(self, op: str, reason: str, rows: int) -> None:
         if rows:
@@ -209,28 +225,43 @@ class _BulkHistogram:
         # readers use; _sdk_aggregations refuses the other) the SDK never replaces them
         self._aggs: dict[str, list] = {}
 
-    def record(self, ages: np.ndarray, total: float, top: float, op: str) -> None:
+    def counts_of(self, ages: np.ndarray) -> list[int]:
+        """Per-bucket counts of ages. searchsorted(side="left") is the SDK's bisect_left: a
+        value on a bound is in that bound's bucket (le)."""
+        return np.bincount(np.searchsorted(self._bounds, ages, side="left"),
+                           minlength=len(self._bounds) + 1).tolist()
+
+    @staticmethod
+    def counts_of_one(age: float, n: int) -> list[int]:
+        """counts_of n copies of one age."""
+        counts = [0] * (len(names.OP_BUCKETS) + 1)
+        counts[bisect_left(names.OP_BUCKETS, age)] = n
+        return counts
+
+    def add(self, counts: list, total: float, low: float, top: float, op: str,
+            values) -> None:
+        """As sum(counts) record() calls would: `counts` per bucket, their sum, min (one of
+        the values) and max; values() lists the observations, for the fallback."""
         attrs = self._attrs.get(op) or self._attrs.setdefault(op, {"op": op})
-        aggs = self._aggs.get(op)
+        aggs, recorded = self._aggs.get(op), None
         if aggs is None:
             aggs = _sdk_aggregations(self._h, attrs)
         if aggs is None:  # the first record for these attributes creates the aggregation
-            self._h.record(float(ages[0]), attrs)
-            ages, total = ages[1:], total - float(ages[0])
-            if not len(ages):
-                return
+            self._h.record(low, attrs)
+            recorded = low
+            counts = list(counts)
+            counts[bisect_left(names.OP_BUCKETS, low)] -= 1
+            total -= low
             aggs = _sdk_aggregations(self._h, attrs)
         if aggs is not None:
             self._aggs[op] = aggs
-        if not aggs:
-            for a in ages.tolist():
+        if not aggs:  # internals not as known: one record() per observation
+            rest = list(values())
+            if recorded is not None:
+                rest.remove(recorded)
+            for a in rest:
                 self._h.record(a, attrs)
             return
-        # searchsorted(side="left") is the SDK's bisect_left: a value on a bound is in that
-        # bound's bucket (le).
-        counts = np.bincount(np.searchsorted(self._bounds, ages, side="left"),
-                             minlength=len(self._bounds) + 1).tolist()
-        low = float(ages.min())
         for agg in aggs:
             with agg._lock:
                 if agg._value is None:

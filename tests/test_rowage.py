@@ -206,26 +206,33 @@ def test_row_age_is_opt_in(make_tel, monkeypatch):
     assert sorted(raw.keys()) == ["obs", "tok"]  # nothing hidden was written
 
 
-def test_bulk_histogram_equals_one_record_per_row(make_tel):
+def _add(bulk, ages, op):
+    bulk.add(bulk.counts_of(ages), float(ages.sum()), float(ages.min()), float(ages.max()), op,
+             ages.tolist)
+
+
+def test_bulk_histogram_equals_one_record_per_row(make_tel, monkeypatch):
     """The bulk path reaches into the SDK's aggregations: pinned here. It must be taken on the
-    installed SDK, and export exactly what one record() per age exports."""
+    installed SDK, and export exactly what one record() per age exports; so must the fallback
+    (one record() per age) where the internals are not as known, and the one-age path."""
     tel = make_tel()
-    ages = np.array([0.0001, 0.0003, 0.25, 0.25, 1.0, 7.0, 31.0, 0.004, 0.0])
+    ages = np.array([0.25, 0.0003, 0.0001, 0.25, 1.0, 7.0, 31.0, 0.004, 0.0])
     bulk = tel.row_age._hist
-    bulk.record(ages[:1], float(ages[0]), float(ages[0]), "get")  # creates the aggregation
+    _add(bulk, ages[:3], "get")  # the first: creates the aggregation with one record()
     assert rowage._sdk_aggregations(bulk._h, {"op": "get"})  # the fast path exists
-    rest = ages[1:]
-    bulk.record(rest, float(rest.sum()), float(rest.max()), "get")
-    for a in ages.tolist():
+    _add(bulk, ages[3:], "get")
+    bulk.add(bulk.counts_of_one(0.5, 4), 2.0, 0.5, 0.5, "get", lambda: [0.5] * 4)
+    monkeypatch.setattr(rowage, "_sdk_aggregations", lambda h, a: [])
+    _add(bulk, ages, "get_data")  # the fallback
+    for a in ages.tolist() + [0.5] * 4:
         bulk._h.record(a, {"op": "put"})  # the reference: the public API, one per value
     m = scrape(tel)
-    got = {k[0]: v for k, v in m.items() if k[0].startswith(AGE) and ("op", "get") in k[1]}
-    ref = {k[0]: v for k, v in m.items() if k[0].startswith(AGE) and ("op", "put") in k[1]}
-    assert len(got) == len(ref) == 3  # bucket (last le wins in this dict), sum, count
-    for le in expected_buckets(ages.tolist()):
+    for le in expected_buckets(ages.tolist() + [0.5] * 4):
         assert value(m, AGE + "_bucket", le=le, op="get") == value(
-            m, AGE + "_bucket", le=le, op="put")
+            m, AGE + "_bucket", le=le, op="put"), le
     assert value(m, AGE + "_sum", op="get") == pytest.approx(value(m, AGE + "_sum", op="put"))
+    for le, n in expected_buckets(ages.tolist()).items():
+        assert value(m, AGE + "_bucket", le=le, op="get_data") == n, le
 
 
 def _write(address, guard) -> tuple[int, int]:
