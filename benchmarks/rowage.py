@@ -47,10 +47,10 @@ def alone(tel, batch, reps: int = 300) -> float:
     ra = tel.row_age
     stamped = ra.stamp(batch)
     stamps = take_stamps(stamped)[1]
-    read = read_stamps(list(batch.keys()) + [STAMP], stamps)[1]
+    read = read_stamps(list(batch.keys()) + [STAMP], lambda: stamps)[1]
     result = batch.copy().set(STAMP, read)
     pieces = [lambda: ra.stamp(batch), lambda: take_stamps(stamped),
-              lambda: read_stamps(list(batch.keys()) + [STAMP], stamps),
+              lambda: read_stamps(list(batch.keys()) + [STAMP], lambda: stamps),
               lambda: ra.observe("get", result, None, [], False)]
     total = 0.0
     for piece in pieces:

@@ -67,18 +67,26 @@ class RowAge:
     def stamp(self, fields):
         """`fields` with the stamp column (a shallow copy: the caller's TensorDict is never
         mutated); `fields` itself when it cannot carry one."""
+        return self._billed(self._stamp, fields, fields)
+
+    @staticmethod
+    def _stamp(fields):
+        if not is_tensordict(fields) or not fields.batch_dims or not fields.batch_size[0]:
+            return fields
+        out = fields.copy()
+        if fields.batch_dims > 1:
+            out.batch_size = fields.batch_size[:1]  # the stamp column is (N,)
+        out.set(STAMP, stamp_column(fields.batch_size[0], fields.device))
+        return out
+
+    def _billed(self, fn, fallback, *args):
+        """fn(*args), its time billed to component=row_age; fallback if it raises."""
         t = perf_counter()
         try:
-            if not is_tensordict(fields) or not fields.batch_dims or not fields.batch_size[0]:
-                return fields
-            out = fields.copy()
-            if fields.batch_dims > 1:
-                out.batch_size = fields.batch_size[:1]  # the stamp column is (N,)
-            out.set(STAMP, stamp_column(fields.batch_size[0], fields.device))
-            return out
+            return fn(*args)
         except Exception as exc:
             self._tel.internal_error("row_age", exc)
-            return fields
+            return fallback
         finally:
             self._tel.stats.add_time("row_age", perf_counter() - t)
 
@@ -95,24 +103,20 @@ class RowAge:
         mixed: the store refused the select with the column (some rows have none) and the
         caller's fields were read alone; the stamps are then found by stamp-only reads
         (`read(ids, columns)`) of halves."""
-        t = perf_counter()
-        try:
-            if not is_tensordict(result) or not result.batch_dims:
-                return result
-            n = result.batch_size[0]
-            col = result.get(STAMP, None)
-            if col is not None:
-                result = result.exclude(STAMP)
-            elif mixed and len(sample_ids) == n:
-                col = _probe(read, list(sample_ids), n)
-            if n:
-                self._count(op, col, n)
+        return self._billed(self._observe, result, op, result, read, sample_ids, mixed)
+
+    def _observe(self, op, result, read, sample_ids, mixed):
+        if not is_tensordict(result) or not result.batch_dims:
             return result
-        except Exception as exc:
-            self._tel.internal_error("row_age", exc)
-            return result
-        finally:
-            self._tel.stats.add_time("row_age", perf_counter() - t)
+        n = result.batch_size[0]
+        col = result.get(STAMP, None)
+        if col is not None:
+            result = result.exclude(STAMP)
+        elif mixed and len(sample_ids) == n:
+            col = _probe(read, list(sample_ids), n)
+        if n:
+            self._count(op, col, n)
+        return result
 
     def _count(self, op: str, col, n: int) -> None:
         now = _clock()

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 from helpers import scrape, value
+from helpers.rowage import telemetries
 from tensordict import TensorDict
 
 import dpobs_otel as dpobs
@@ -35,17 +36,8 @@ class Clock:
 def make_tel(monkeypatch):
     for var in ("DPOBS_ROW_AGE", "DPOBS_VERIFY_TENSOR_HASH", "DPOBS_PORT"):
         monkeypatch.delenv(var, raising=False)
-    made = []
-
-    def make(row_age=True, guard=False):
-        t = dpobs.start(role="test", rank=len(made), port=0, row_age=row_age,
-                        verify_tensor_hash=guard)
-        made.append(t)
-        return t
-
-    yield make
-    for t in made:
-        t.shutdown()
+    with telemetries() as make:
+        yield make
 
 
 def batch(n, seed=0, width=3) -> TensorDict:

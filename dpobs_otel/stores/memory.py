@@ -69,7 +69,8 @@ class InMemoryDataPlane:
                 if row is None:
                     raise KeyError(f"sample id {sid!r} not in partition {partition_id!r}")
                 rows.append(row)
-            select, stamps = read_stamps(select_fields, [r.get(STAMP_KEY) for r in rows])
+            select, stamps = read_stamps(select_fields,
+                                        lambda: [r.get(STAMP_KEY) for r in rows])
             keys = selected_keys(rows, select)
             columns = {}
             for key in keys:

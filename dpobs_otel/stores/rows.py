@@ -3,6 +3,7 @@ batch into per-row values (stores.memory, adapters.mooncake): the put's checks, 
 into per-row columns, which fields a read returns, and a column put back together."""
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from tensordict import NonTensorData, NonTensorStack, TensorDictBase
@@ -95,19 +96,22 @@ def take_stamps(fields):
     return fields.exclude(stamp), fields.get(stamp).tolist()
 
 
-def read_stamps(select_fields, stamps: list):
+def read_stamps(select_fields, stamps_of):
     """(the select without the stamp column, the read's stamp column or None) from the rows'
-    stamps (None where a row has none): the column when the select names it, or on a full
-    read when any row has a stamp, NOT_STAMPED for rows without one, so that a reader counts
-    each row as it is instead of a refusal of the whole read."""
+    stamps (stamps_of(): a list, None where a row has none; called only when needed): the
+    column when the select names it, or on a full read when any row has a stamp,
+    NOT_STAMPED for rows without one, so that a reader counts each row as it is instead of a
+    refusal of the whole read."""
     from ..rowage import NOT_STAMPED
 
     stamp = _stamp_name()
+    if select_fields is not None and stamp not in select_fields:
+        return select_fields, None
+    stamps = stamps_of()
     if select_fields is not None:
-        if stamp not in select_fields:
-            return select_fields, None
         select_fields = [f for f in select_fields if f != stamp]
     elif all(s is None for s in stamps):
         return None, None
-    return select_fields, torch.tensor([NOT_STAMPED if s is None else s for s in stamps],
-                                       dtype=torch.int64)
+    if None in stamps:
+        stamps = [NOT_STAMPED if s is None else s for s in stamps]
+    return select_fields, torch.from_numpy(np.array(stamps, dtype=np.int64))

@@ -176,7 +176,7 @@ class MooncakeDataPlane:
         for sid, row in zip(ids, rows):
             if row is None:
                 raise KeyError(f"sample id {sid!r} not in partition {partition_id!r}")
-        select_fields, stamped = read_stamps(select_fields, stamps)
+        select_fields, stamped = read_stamps(select_fields, lambda: stamps)
         keys = selected_keys(rows, select_fields)
         plan = []  # (field, kind per row, store keys)
         for key in keys:

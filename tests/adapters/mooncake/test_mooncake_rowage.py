@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import scrape, value
-from helpers.mooncake import BYTES, master_keys
+from helpers import scrape
+from helpers.mooncake import master_keys
+from helpers.rowage import check_live_reads, telemetries
 from tensordict import TensorDict
 
-import dpobs_otel as dpobs
 from dpobs_otel import rowage
-
-AGE = "dpobs_client_row_age_seconds"
 
 
 def batch(n, seed=0):
@@ -25,9 +23,8 @@ def batch(n, seed=0):
 def test_row_age_on_mooncake(dp, master, monkeypatch, guard):
     now = [1_700_000_000 * 10**9]
     monkeypatch.setattr(rowage, "_clock", lambda: now[0])
-    tels = [dpobs.start(role="test", rank=i, port=0, row_age=on, verify_tensor_hash=guard)
-            for i, on in enumerate((True, False, True))]
-    try:
+    with telemetries() as make:
+        tels = [make(on, guard) for on in (True, False, True)]
         writer, plain, reader = (t.instrument(dp) for t in tels)
         writer.put_samples(["a0", "a1", "a2"], "p", batch(3))
         plain.put_samples(["b0", "b1"], "p", batch(2, 1))
@@ -37,18 +34,5 @@ def test_row_age_on_mooncake(dp, master, monkeypatch, guard):
         got = reader.get_samples(["a0", "b0", "a1", "b1", "a2"], "p", ["tok"])
         full = reader.get_samples(["a0", "a1"], "p")
         m = scrape(tels[2])
-    finally:
-        for t in tels:
-            t.shutdown()
     assert not any("stamp" in k for k in master_keys(master))  # in the manifests only
-    assert list(got.keys()) == ["tok"]
-    assert sorted(full.keys()) == ["adv", "tok"]
-    assert value(m, AGE + "_count", op="get") == 5
-    assert value(m, AGE + "_sum", op="get") == pytest.approx(4 * 5 + 1)
-    assert value(m, AGE + "_bucket", op="get", le="1.0") == 1
-    assert value(m, "dpobs_client_rows_unstamped_total", op="get", reason="no_stamp") == 2
-    nbytes = got["tok"].nbytes + full["tok"].nbytes + full["adv"].nbytes
-    assert value(m, BYTES, op="get", direction="read") == nbytes
-    if guard:
-        assert value(m, "dpobs_guard_rows_checked_total", field="tok") == 7
-        assert value(m, "dpobs_guard_rows_mismatched_total", field="tok") == 0
+    check_live_reads(m, got, full, guard)
