@@ -1,14 +1,18 @@
 """The Prometheus exporter: a reader on its own registry, the per-process /metrics route on
-our HTTP(S) server (exporters/http.py), and its file_sd announcement."""
+our HTTP(S) server (exporters/http.py) in the text exposition or, when the scraper's Accept
+header prefers it, the delimited protobuf one with the native histograms (exporters/native.py),
+and its file_sd announcement."""
 from __future__ import annotations
 
 import gzip
 import os
+import threading
 from urllib.parse import parse_qs
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder, gzip_accepted
 
+from . import protobuf
 from .http import Handler, HttpServer, PortInUseError, only_get
 
 __all__ = ["PortInUseError", "PrometheusExporter"]
@@ -20,14 +24,16 @@ class PrometheusExporter:
     (e.g. /trace) join the same server through add_route."""
 
     def __init__(self, settings):
-        from opentelemetry.exporter.prometheus import PrometheusMetricReader
-
         from .filesd import FileSDTarget
+        from .native import SplittingReader
 
         s = settings
         self.registry = CollectorRegistry(auto_describe=True)
         # scope labels would ride on every series without telling anyone anything.
-        self.reader = PrometheusMetricReader(registry=self.registry, scope_info_enabled=False)
+        self.reader = SplittingReader(registry=self.registry, scope_info_enabled=False)
+        # One render at a time: a collect refreshes the reader's native stash, and the
+        # protobuf render reads it right after its own collect.
+        self._render_lock = threading.Lock()
         self._server = HttpServer(s.host, s.port, certfile=s.tls_certfile, keyfile=s.tls_keyfile,
                                   client_cafile=s.tls_client_cafile)
         self._server.add_route("/metrics", self._metrics)
@@ -50,12 +56,22 @@ class PrometheusExporter:
         refused = only_get(environ)
         if refused is not None:
             return refused
-        registry = self.registry
         wanted = parse_qs(environ.get("QUERY_STRING", "")).get("name[]")
-        if wanted:
-            registry = registry.restricted_registry(wanted)
+        if protobuf.wants_protobuf(environ.get("HTTP_ACCEPT")):
+            return self._encoded(environ, self.render_protobuf(wanted), protobuf.CONTENT_TYPE)
         encoder, content_type = choose_encoder(environ.get("HTTP_ACCEPT"))
-        return self._encoded(environ, encoder(registry), content_type)
+        registry = self.registry.restricted_registry(wanted) if wanted else self.registry
+        with self._render_lock:
+            return self._encoded(environ, encoder(registry), content_type)
+
+    def render_protobuf(self, wanted: list[str] | None = None) -> bytes:
+        """Every family of the text exposition, then the native histograms; name[] keeps
+        the samples (native: the families) of those names, as in the text exposition. The
+        collect (restricted or not) refreshes the reader's native stash first."""
+        registry = self.registry.restricted_registry(wanted) if wanted else self.registry
+        with self._render_lock:
+            classic = protobuf.from_prometheus_client(registry.collect())
+            return classic + self.reader.native_families(wanted)
 
     @staticmethod
     def _encoded(environ, body: bytes, content_type: str):
