@@ -53,6 +53,11 @@ class Config:
     guard_failing_for: str = "5m"
     guard_blind_for: str = "15m"
     instrumentation_errors_for: str = "5m"
+    # Record the classic histogram's quantiles (and the per-bucket rates they share, the
+    # costliest rule). Sites whose every Prometheus takes native histograms (2.x with
+    # --enable-feature=native-histograms, or 3.x) can turn this off: the native quantiles
+    # are always recorded, from one series per process and op instead of 18.
+    classic_quantiles: bool = True
 
     # -- PromQL helpers: the one place that decides how selectors and groupings look ------
     def labels(self, *names: str) -> str:
