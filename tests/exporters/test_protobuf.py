@@ -119,7 +119,7 @@ def test_counters_carry_total_as_prometheus_expects(exercised):
 
 
 def _index(v: float) -> int:
-    """Prometheus's bucket j at schema 3 holds (2**((j-1)/8), 2**(j/8)]."""
+    """Prometheus's bucket j at schema s holds (2**((j-1)/2**s), 2**(j/2**s)]."""
     return math.ceil(math.log2(v) * 2 ** native.SCALE)
 
 
@@ -127,7 +127,8 @@ def test_native_histogram_buckets_hold_each_observation(tel):
     rng = random.Random(7)
     values = [math.exp(rng.gauss(math.log(0.004), 1.5)) for _ in range(2000)]
     values = [v for v in values  # one ulp from a boundary, log2 cannot say which side
-              if abs(math.log2(v) * 8 - round(math.log2(v) * 8)) > 1e-9]
+              if abs(math.log2(v) * 2 ** native.SCALE
+                     - round(math.log2(v) * 2 ** native.SCALE)) > 1e-9]
     for v in values:
         tel.op_duration.record(v, tel.op_attrs["get"])
     tel.op_duration.record(0.0, tel.op_attrs["get"])  # a coarse clock's zero
