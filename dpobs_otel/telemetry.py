@@ -23,10 +23,9 @@ def _views() -> list[View]:
     def hist(name, bounds):
         return View(instrument_name=name,
                     aggregation=ExplicitBucketHistogramAggregation(boundaries=bounds))
-    from .exporters import native  # the op duration's native histogram at one pinned scale
-    return [hist(names.OP_DURATION, names.OP_BUCKETS),
-            View(instrument_name=names.OP_DURATION, name=names.OP_DURATION_NATIVE,
-                 aggregation=native.aggregation()),
+    from .exporters import native  # classic buckets, and native ones beside them
+    return [View(instrument_name=names.OP_DURATION,
+                 aggregation=native.ClassicAndNativeAggregation(boundaries=names.OP_BUCKETS)),
             hist(names.CODEC_DURATION, names.OP_BUCKETS),
             hist(names.STEP_DURATION, names.STEP_BUCKETS)]
 

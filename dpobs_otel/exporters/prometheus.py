@@ -25,12 +25,12 @@ class PrometheusExporter:
 
     def __init__(self, settings):
         from .filesd import FileSDTarget
-        from .native import SplittingReader
+        from .native import NativeReader
 
         s = settings
         self.registry = CollectorRegistry(auto_describe=True)
         # scope labels would ride on every series without telling anyone anything.
-        self.reader = SplittingReader(registry=self.registry, scope_info_enabled=False)
+        self.reader = NativeReader(registry=self.registry, scope_info_enabled=False)
         # One render at a time: a collect refreshes the reader's native stash, and the
         # protobuf render reads it right after its own collect.
         self._render_lock = threading.Lock()

@@ -148,21 +148,19 @@ def test_native_histogram_buckets_hold_each_observation(tel):
 
 
 def test_wide_range_stays_at_the_pinned_schema(tel):
-    for v in (1e-6, 1e-3, 1.0, 100.0):  # 1 us .. 100 s in one series
+    for v in (1e-9, 1e-6, 1e-3, 1.0, 100.0, 1e4):  # 1 ns .. 3 h in one series
         tel.op_duration.record(v, tel.op_attrs["put"])
     [fam] = [f for f in decode(tel.exporters[0].render_protobuf())
              if f.name == names.OP_DURATION_NATIVE_SERIES]
     [m] = [m for m in fam.metric if labels(m) == {"op": "put"}]
     assert m.histogram.schema == native.SCALE
-    assert sorted(native_buckets(m.histogram)) == sorted(_index(v) for v in (1e-6, 1e-3, 1.0,
-                                                                              100.0))
+    assert sorted(native_buckets(m.histogram)) == sorted(
+        _index(v) for v in (1e-9, 1e-6, 1e-3, 1.0, 100.0, 1e4))
 
 
-def test_spans_merge_down_and_shift_index():
-    # OpenTelemetry buckets at offset -3: indexes -3..2 with counts 1,0,0,2,3,0.
-    assert native.spans(-3, [1, 0, 0, 2, 3, 0]) == [(-2, [1]), (1, [2, 3])]
-    # One scale down, i >> 1: -3 -> -2, 0 -> 0, 1 -> 0; then j = i + 1.
-    assert native.spans(-3, [1, 0, 0, 2, 3, 0], shift=1) == [(-1, [1]), (1, [5])]
+def test_spans_are_runs_of_adjacent_buckets():
+    assert native.spans(((-2, 1), (1, 2), (2, 3), (7, 1))) == [(-2, [1]), (1, [2, 3]), (7, [1])]
+    assert native.spans(()) == []
 
 
 def test_served_by_accept_header(tel):
@@ -178,8 +176,8 @@ def test_served_by_accept_header(tel):
     assert names.OP_DURATION_NATIVE_SERIES not in text
 
 
-def test_a_push_reader_gets_the_exponential_stream():
-    from opentelemetry.sdk.metrics.export import ExponentialHistogram, InMemoryMetricReader
+def test_a_push_reader_gets_the_classic_histogram_unchanged():
+    from opentelemetry.sdk.metrics.export import Histogram, InMemoryMetricReader
 
     class Memory:
         endpoint = None
@@ -196,8 +194,9 @@ def test_a_push_reader_gets_the_exponential_stream():
         data = exp.reader.get_metrics_data()
         seen = {m.name: m for rm in data.resource_metrics for sm in rm.scope_metrics
                 for m in sm.metrics}
-        assert isinstance(seen[names.OP_DURATION_NATIVE].data, ExponentialHistogram)
-        [p] = seen[names.OP_DURATION_NATIVE].data.data_points
-        assert p.scale == native.SCALE and p.count == 1
+        assert names.OP_DURATION_NATIVE not in seen  # no second stream: one per instrument
+        assert isinstance(seen[names.OP_DURATION].data, Histogram)
+        [p] = seen[names.OP_DURATION].data.data_points
+        assert p.count == 1 and tuple(p.explicit_bounds) == names.OP_BUCKETS
     finally:
         tel.shutdown()
