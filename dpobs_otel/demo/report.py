@@ -134,11 +134,9 @@ def _logging_cluster(view: ClusterView, out, on_step):
     return step
 
 
-def _local(endpoint: str) -> str:
-    """A wildcard bind's endpoint as this machine reaches it."""
+def _local(endpoint: str) -> str:  # a wildcard bind's endpoint as this machine reaches it
     host, port = endpoint.rsplit(":", 1)
-    host = {"0.0.0.0": "127.0.0.1", "[::]": "[::1]"}.get(host, host)
-    return f"{host}:{port}"
+    return f'{ {"0.0.0.0": "127.0.0.1", "[::]": "[::1]"}.get(host, host)}:{port}'
 
 
 def scrape(endpoint: str) -> list[tuple[str, dict, float]]:
@@ -247,7 +245,7 @@ def report(res: Result, stack: Stack | None, cfg: Config) -> str:
         lines.append(_oprow(op, "truth", len(d), d.total, [quantile(d, q) for q in
                             (0.5, 0.9, 0.99)], nbytes, d.total / dp_t))
         m = mops.get(op, {"calls": 0, "seconds": 0.0, "buckets": {}, "bytes": 0})
-        h = _native_of(res, op)
+        h = native.pooled((res.native or {}).values(), nm.OP_DURATION_NATIVE_SERIES, op=op)
         if h is not None:
             lines.append(_oprow("", "native", h.count, h.sum,
                                 [h.quantile(q) for q in (0.5, 0.9, 0.99)],
@@ -280,12 +278,6 @@ def report(res: Result, stack: Stack | None, cfg: Config) -> str:
     if stack is not None:
         lines += _prometheus_lines(stack, measured)
     return "\n".join(lines)
-
-
-def _native_of(res: Result, op: str) -> native.NativeHistogram | None:
-    """The op's native histograms of every process, merged (None: none served)."""
-    want = (nm.OP_DURATION_NATIVE_SERIES, frozenset({("op", op)}))
-    return native.merge(h[want] for h in (res.native or {}).values() if want in h)
 
 
 def _oprow(op, source, calls, seconds, qs, nbytes, share) -> str:

@@ -88,6 +88,13 @@ def merge(hists: Iterable[NativeHistogram]) -> NativeHistogram | None:
     return out
 
 
+def pooled(per_process: Iterable[dict], family: str, **labels: str) -> NativeHistogram | None:
+    """One series (family and exact labels) of several processes' fetch() answers, merged;
+    None when no process serves it."""
+    want = (family, frozenset(labels.items()))
+    return merge(h[want] for h in per_process if want in h)
+
+
 # -- wire format ---------------------------------------------------------------------------
 def _varint(buf: bytes, pos: int) -> tuple[int, int]:
     shift = result = 0

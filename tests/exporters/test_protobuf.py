@@ -10,7 +10,7 @@ import urllib.request
 import pytest
 from google.protobuf.internal.encoder import _VarintBytes
 from helpers.protodecode import TYPES, decode, labels, native_buckets
-from helpers.workload import exercise
+from helpers.workload import exercised_process
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -88,10 +88,8 @@ def _le(bound: float) -> str:
 
 @pytest.fixture
 def exercised():
-    tel = dpobs.start(role="proto", rank=0, port=0, verify_tensor_hash=True)
-    exercise(tel)
-    yield tel
-    tel.shutdown()
+    with exercised_process("proto") as tel:
+        yield tel
 
 
 def test_every_text_family_is_in_the_protobuf_with_the_same_values(exercised):

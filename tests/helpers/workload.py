@@ -51,6 +51,17 @@ def exercise(tel) -> None:
         hooks.field_digests = original
 
 
+@contextlib.contextmanager
+def exercised_process(role: str):
+    """A Telemetry with the guard on that has run exercise(), shut down on exit."""
+    tel = dpobs.start(role=role, rank=0, port=0, verify_tensor_hash=True)
+    try:
+        exercise(tel)
+        yield tel
+    finally:
+        tel.shutdown()
+
+
 def series_names(tel, native: bool = True) -> set[str]:
     """The sample names of tel's text exposition, and (native) the native histograms that
     only its protobuf exposition has."""

@@ -95,6 +95,9 @@ def test_fetch_reads_a_live_process(tel):
         tel.op_duration.record(v, tel.op_attrs["get"])
     got = native.fetch(tel.endpoint)
     h = got[(names.OP_DURATION_NATIVE_SERIES, frozenset({("op", "get")}))]
+    twice = native.pooled([got, got], names.OP_DURATION_NATIVE_SERIES, op="get")
+    assert twice.count == 2 * h.count and twice.buckets == {j: 2 * c for j, c in h.buckets.items()}
+    assert native.pooled([got], names.OP_DURATION_NATIVE_SERIES, op="nope") is None
     assert h.count == len(values) and h.sum == pytest.approx(sum(values))
     assert h.schema == SCALE and h.buckets == _hist_of(values, SCALE).buckets
     assert h.quantile(0.9) == pytest.approx(np.quantile(values, 0.9), rel=0.02)
