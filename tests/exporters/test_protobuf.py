@@ -198,3 +198,33 @@ def test_a_push_reader_gets_the_classic_histogram_unchanged():
         assert p.count == 1 and tuple(p.explicit_bounds) == names.OP_BUCKETS
     finally:
         tel.shutdown()
+
+
+@pytest.mark.parametrize("temporality", ["CUMULATIVE", "DELTA"])
+def test_the_classic_half_is_the_sdks_explicit_bucket_histogram(temporality):
+    """ClassicAndNativeAggregation redoes the SDK's classic update under its lock: its points
+    must equal the SDK's own aggregation's, record for record, in either temporality (this
+    fails first if an SDK upgrade changes the fields it relies on)."""
+    from opentelemetry.sdk.metrics import Histogram, MeterProvider
+    from opentelemetry.sdk.metrics.export import AggregationTemporality, InMemoryMetricReader
+    from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
+
+    def points(aggregation):
+        reader = InMemoryMetricReader(preferred_temporality={
+            Histogram: getattr(AggregationTemporality, temporality)})
+        provider = MeterProvider(metric_readers=[reader], views=[
+            View(instrument_name="d", aggregation=aggregation)])
+        h = provider.get_meter("m").create_histogram("d", unit="s")
+        rng, out = random.Random(9), []
+        for _ in range(3):  # three collections: the delta/cumulative bookkeeping too
+            for _ in range(500):
+                h.record(rng.choice([0.0, rng.lognormvariate(-6, 2)]), {"op": "get"})
+            [p] = reader.get_metrics_data().resource_metrics[0].scope_metrics[0].metrics[
+                0].data.data_points
+            out.append({k: v for k, v in vars(p).items() if k not in ("time_unix_nano",
+                                                                       "start_time_unix_nano",
+                                                                       "native")})
+        provider.shutdown()
+        return out
+    assert points(native.ClassicAndNativeAggregation(boundaries=names.OP_BUCKETS)) == \
+        points(ExplicitBucketHistogramAggregation(boundaries=names.OP_BUCKETS))
