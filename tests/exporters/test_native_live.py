@@ -66,6 +66,12 @@ def test_protobuf_scrape_keeps_every_series_and_a_flagless_scraper_the_classic(t
                 stored[prom] = {r["metric"]["__name__"] for r in prom.query(
                     'count by (__name__) ({__name__=~"dpobs_.+|target_info"})')}
             assert stored[classic] == text_names
+            # The readback client reads a native sample: its count as the value, and the
+            # histogram beside it.
+            raw = native.query(n.OP_DURATION_NATIVE_SERIES)
+            assert raw and all("histogram" in r for r in raw)
+            assert {r["metric"]["op"]: r["value"] for r in raw} == {
+                r["metric"]["op"]: r["value"] for r in native.query(f"{n.OP_DURATION_SERIES}_count")}
             # Native series, but no observation since the first scrape: no quantile (not NaN).
             assert native.query(n.JOB_OP_NATIVE_QUANTILE) == []
             assert stored[native] == text_names | {n.OP_DURATION_NATIVE_SERIES}
