@@ -39,7 +39,7 @@ from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.exporter.prometheus._mapping import sanitize_attribute
 from opentelemetry.sdk.metrics._internal.aggregation import _ExplicitBucketHistogramAggregation
 from opentelemetry.sdk.metrics._internal.point import HistogramDataPoint
-from opentelemetry.sdk.metrics.export import Metric, MetricsData
+from opentelemetry.sdk.metrics.export import AggregationTemporality, Metric, MetricsData
 from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation
 
 from .. import names
@@ -48,7 +48,8 @@ from . import protobuf
 SCALE = 4
 ZERO_THRESHOLD = 2.0 ** -128
 _PER_OCTAVE = 2 ** SCALE
-_log2, _ceil, _INF = math.log2, math.ceil, math.inf
+_log2, _ceil = math.log2, math.ceil
+CUMULATIVE = AggregationTemporality.CUMULATIVE
 
 
 @dataclass(frozen=True)
@@ -70,18 +71,19 @@ class _ClassicAndNative(_ExplicitBucketHistogramAggregation):
     """The SDK's explicit-bucket aggregation, and native buckets since creation beside it
     (key None: the zero bucket). aggregate() does the SDK's classic update (the same fields,
     the same way) and the native one under one lock: calling the SDK's and then taking a lock
-    of our own cost twice as much, on the path every op takes."""
+    of our own cost twice as much, on the path every op takes. The native sum is the classic
+    one: only cumulative collections carry the native buckets."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._native: defaultdict = defaultdict(int)
-        self._native_sum = 0.0
 
     def aggregate(self, measurement, should_sample_exemplar: bool = True) -> None:
         v = measurement.value
-        # bucket j holds (2**((j-1)/16), 2**(j/16)]; 0 (a coarse clock's) goes to the zero
-        # bucket, as would a negative, NaN or infinite value, which no clock gives
-        j = _ceil(_log2(v) * _PER_OCTAVE) if 0.0 < v < _INF else None
+        try:  # bucket j holds (2**((j-1)/16), 2**(j/16)]
+            j = _ceil(_log2(v) * _PER_OCTAVE)
+        except (ValueError, OverflowError):  # 0 (a coarse clock's): the zero bucket, as
+            j = None  # would a negative, NaN or infinite value, which no clock gives
         with self._lock:
             if self._value is None:
                 self._value = self._get_empty_bucket_counts()
@@ -90,18 +92,21 @@ class _ClassicAndNative(_ExplicitBucketHistogramAggregation):
                 self._min = min(self._min, v)
                 self._max = max(self._max, v)
             self._value[bisect_left(self._boundaries, v)] += 1
-            self._native_sum += v
             self._native[j] += 1
         self._sample_exemplar(measurement, should_sample_exemplar)
 
     def collect(self, collection_aggregation_temporality, collection_start_nano: int):
+        """The SDK's point; for a cumulative collection (NativeReader's) with the native
+        buckets, whose sum is then the point's (a record landing between the two snapshots
+        is in the buckets and count and not yet in the sum: a scrape later, it is)."""
         point = super().collect(collection_aggregation_temporality, collection_start_nano)
-        if point is None:
-            return None
+        if point is None or collection_aggregation_temporality is not CUMULATIVE:
+            return point
         with self._lock:
-            counts, total = dict(self._native), self._native_sum
+            counts = dict(self._native)
         zero = counts.pop(None, 0)
-        native = Native(zero + sum(counts.values()), total, zero, tuple(sorted(counts.items())))
+        native = Native(zero + sum(counts.values()), point.sum, zero,
+                        tuple(sorted(counts.items())))
         return NativeHistogramDataPoint(
             **{f.name: getattr(point, f.name) for f in fields(HistogramDataPoint)},
             native=native)
