@@ -1,24 +1,31 @@
 """The instrumented data-plane client: the protocol's ops measured, everything else passed
-through. Inner exceptions propagate untouched; dpobs's own failures are swallowed and counted."""
+through. Inner exceptions propagate untouched; dpobs's own failures are swallowed and counted.
+
+Any protocol method may return an awaitable (a coroutine function, or a plain function
+returning a coroutine): the op is then measured when awaited, from the call to the awaited
+result, its bytes and guard checks those of that result (client_async.py)."""
 from __future__ import annotations
 
 from functools import partial
 from time import perf_counter
 
-from .occupancy import TAGS, UNSIZED, Occupancy
+from .client_async import NOT_AWAITABLE, AwaitedOps, is_awaitable
+from .occupancy import TAGS, UNSIZED, Occupancy, Reconciling
 from .sizing import encoded_size, field_nbytes, is_payload, payload_nbytes
 
 
-class InstrumentedClient:
+class InstrumentedClient(AwaitedOps, Reconciling):
     def __init__(self, inner, tel):
         self._inner = inner
         self._tel = tel
         self._stats = tel.stats
         self._guard = tel.guard
+        self._row_age = getattr(tel, "row_age", None)  # rowage.RowAge, or None (off)
         if self._guard is not None:  # where the guard's hooks run (guard/pool.py)
             from .guard import pool
             self._pool = pool
         self._record = tel.op_duration.record
+        self._cp = tel.critical
         self._attrs = tel.op_attrs
         self._occ = Occupancy()
         self._rows_since_reconcile = 0
@@ -44,22 +51,32 @@ class InstrumentedClient:
 
     # -- the protocol -----------------------------------------------------------------
     def put_samples(self, sample_ids, partition_id, fields=None, tags=None, **kwargs):
+        # Row age: the stamp column rides beside the guard's digests (sizing sees `fields`).
+        stored = fields if self._row_age is None else self._row_age.stamp(fields)
         t0 = perf_counter()
-        stored = fields
         if self._guard is not None and fields is not None:
-            pending = self._pool.submit(self._guarded, self._guard.before_put, fields,
-                                        sample_ids, partition_id, fields, where=fields)
+            pending = self._pool.submit(self._guarded, self._guard.before_put, stored,
+                                        sample_ids, partition_id, stored, where=stored)
             if self._overlaps_guard:  # the store awaits it after I/O that needs no digests
                 kwargs["pending_fields"] = pending
             else:
                 stored = pending.result()
         t1 = perf_counter()
+        step = self._cp.begin(t1)
         try:
             result = self._inner.put_samples(sample_ids, partition_id, stored, tags, **kwargs)
         except BaseException as exc:
-            self.record_failure("put", exc, perf_counter() - t1)
+            self.failed_call("put", exc, t1, step)
             raise
+        if type(result) not in NOT_AWAITABLE and is_awaitable(result):
+            self._cp.retract(step, t1)
+            return self._put_async(result, t0, t1, sample_ids, partition_id, fields, tags)
         t2 = perf_counter()
+        self._cp.end(step, t1, t2)
+        self._put_done(t0, t1, t2, sample_ids, partition_id, fields, tags)
+        return result
+
+    def _put_done(self, t0, t1, t2, sample_ids, partition_id, fields, tags) -> None:
         try:  # bytes in a guard of their own (see _sized), inlined on the hottest path
             sizes = _put_sizes(fields, tags)
         except Exception as exc:
@@ -75,7 +92,6 @@ class InstrumentedClient:
                 self._reconcile()
         except Exception as exc:
             self._tel.internal_error("client", exc)
-        return result
 
     def _sized(self, default, fn, *args):
         """Payload bytes in a guard of their own: a sizing failure is counted
@@ -101,12 +117,21 @@ class InstrumentedClient:
 
     def clear_samples(self, sample_ids, partition_id, **kwargs):
         t1 = perf_counter()
+        step = self._cp.begin(t1)
         try:
             result = self._inner.clear_samples(sample_ids, partition_id, **kwargs)
         except BaseException as exc:
-            self.record_failure("clear", exc, perf_counter() - t1)
+            self.failed_call("clear", exc, t1, step)
             raise
+        if type(result) not in NOT_AWAITABLE and is_awaitable(result):
+            self._cp.retract(step, t1)
+            return self._clear_async(result, t1, sample_ids, partition_id)
         t2 = perf_counter()
+        self._cp.end(step, t1, t2)
+        self._clear_done(t1, t2, sample_ids, partition_id)
+        return result
+
+    def _clear_done(self, t1, t2, sample_ids, partition_id) -> None:
         try:
             with self._stats.lock:
                 n = (len(sample_ids) if sample_ids is not None
@@ -116,7 +141,6 @@ class InstrumentedClient:
             self.record_op("clear", t2 - t1, n, t_end=t2)
         except Exception as exc:
             self._tel.internal_error("client", exc)
-        return result
 
     def list_sample_ids(self, partition_id, *args, **kwargs):
         return self._call("list", self._inner.list_sample_ids, (partition_id, *args), kwargs)
@@ -134,8 +158,11 @@ class InstrumentedClient:
         select, added, mixed = select_fields, False, False
         if guard is not None:
             select = self._guarded(guard.before_get, select_fields, select_fields)
-            added = select != select_fields  # digest columns were asked for by name
+        if self._row_age is not None:
+            select = self._row_age.select(select)
+        added = select != select_fields  # digest or stamp columns were asked for by name
         t1 = perf_counter()
+        step = self._cp.begin(t1)
         try:
             try:
                 result = fn(sample_ids, partition_id, select, **kwargs)
@@ -147,9 +174,26 @@ class InstrumentedClient:
                 mixed = True
                 result = fn(sample_ids, partition_id, select_fields, **kwargs)
         except BaseException as exc:
-            self.record_failure(op, exc, perf_counter() - t1)
+            self.failed_call(op, exc, t1, step)
             raise
+        if type(result) not in NOT_AWAITABLE and is_awaitable(result):
+            self._cp.retract(step, t1)
+            retry = (partial(fn, sample_ids, partition_id, select_fields, **kwargs) if added
+                     else None)
+            return self._read_async(op, fn, result, retry, t0, t1, sample_ids, partition_id,
+                                    select_fields, kwargs, added)
         t2 = perf_counter()
+        self._cp.end(step, t1, t2)
+        return self._read_done(op, fn, result, t0, t1, t2, sample_ids, partition_id,
+                               select_fields, kwargs, added, mixed)
+
+    def _read_done(self, op, fn, result, t0, t1, t2, sample_ids, partition_id, select_fields,
+                   kwargs, added, mixed):
+        guard = self._guard
+        if self._row_age is not None:  # ages observed, the stamp column dropped
+            result = self._row_age.observe(
+                op, result, lambda rows, cols: fn(rows, partition_id, cols, **kwargs),
+                sample_ids, mixed)
         if (guard is not None or self._returned_ids is not None) and is_payload(result):
             # Only a TensorDict is checked: anything else goes back untouched.
             result = self._checked(fn, partition_id, kwargs, sample_ids, select_fields,
@@ -170,7 +214,7 @@ class InstrumentedClient:
         ids = sample_ids
         if self._returned_ids is not None:
             ids = self._aligned_ids(sample_ids, partition_id, result)
-        if mixed:  # the guard's digest-only reads are billed to component=guard
+        if mixed and guard is not None:  # its digest-only reads are billed to component=guard
             result = self._guarded(
                 guard.recover_digests, result,
                 lambda rows, cols: fn(rows, partition_id, cols, **kwargs),
@@ -222,12 +266,20 @@ class InstrumentedClient:
 
     def _call(self, op, fn, args, kwargs, read_result=False):
         t1 = perf_counter()
+        step = self._cp.begin(t1)
         try:
             result = fn(*args, **kwargs)
         except BaseException as exc:
-            self.record_failure(op, exc, perf_counter() - t1)
+            self.failed_call(op, exc, t1, step)
             raise
+        if type(result) not in NOT_AWAITABLE and is_awaitable(result):
+            self._cp.retract(step, t1)
+            return self._call_async(op, result, t1, read_result)
         t2 = perf_counter()
+        self._cp.end(step, t1, t2)
+        return self._call_done(op, result, t1, t2, read_result)
+
+    def _call_done(self, op, result, t1, t2, read_result):
         read = self._sized(0, payload_nbytes, result) if read_result else 0
         try:
             keys = len(result) if isinstance(result, (list, tuple, set, dict)) else 0
@@ -278,6 +330,15 @@ class InstrumentedClient:
         with self._stats.lock:
             return set(self._occ.live(partition_id))
 
+    def failed_call(self, op, exc, t1, step) -> None:
+        """A synchronous call raised: its interval ends now; counted by exception class."""
+        t2 = perf_counter()
+        try:
+            self._cp.end(step, t1, t2)
+        except Exception as internal:
+            self._tel.internal_error("client", internal)
+        self.record_failure(op, exc, t2 - t1)
+
     def record_failure(self, op, exc, dt):
         try:
             self._record(dt, self._attrs.get(op) or {"op": op})
@@ -315,45 +376,10 @@ class InstrumentedClient:
             self._tel.internal_error("guard", exc)
             return result
 
-    def _reconcile(self) -> None:
-        """Drop keys another process cleared: diff what we hold against the store's listing.
-        Ids put while the listing runs (other threads) are exempt: the listing may predate
-        them. A reconciliation already running elsewhere makes this one a no-op."""
-        st, occ = self._stats, self._occ
-        with st.lock:
-            if self._reconciling:
-                return
-            self._reconciling = True
-            self._rows_since_reconcile = 0
-            occ.recent = {}
-            partitions = list(occ.parts)
-        t = perf_counter()
-        try:
-            for pid in partitions:
-                live = self._listing(pid)
-                if live is None:
-                    continue
-                with st.lock:
-                    stale = occ.live(pid) - live - occ.recent.get(pid, set())
-                    occ.release(pid, stale)
-        finally:
-            with st.lock:
-                occ.recent = None
-                self._reconciling = False
-            st.add_time("reconcile", perf_counter() - t)
-
-    def _listing(self, pid) -> set | None:
-        try:
-            return set(self._inner.list_sample_ids(pid))
-        except KeyError:
-            return set()  # the partition itself is gone
-        except Exception as exc:
-            self._tel.internal_error("reconcile", exc)  # skipped; the next window retries
-            return None
-
 
 def _put_sizes(fields, tags) -> dict:
     sizes = field_nbytes(fields)
     if tags:
         sizes[TAGS] = encoded_size(tags)
     return sizes or {UNSIZED: 0}
+

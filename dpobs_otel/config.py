@@ -41,6 +41,7 @@ class Settings:
     tls_keyfile: str | None = None
     tls_client_cafile: str | None = None  # when set, clients must present a certificate
     reconcile_rows: int = 16384  # rows put between occupancy reconciliations
+    row_age: bool = False  # rows carry their write time; reads observe their age (rowage.py)
 
     @classmethod
     def resolve(cls, env=os.environ, **given) -> "Settings":

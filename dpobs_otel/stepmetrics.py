@@ -4,8 +4,10 @@ loggers such as wandb or TensorBoard. Keys are namespaced under `dpobs/`.
 Which keys can be absent (README, "Per-step metrics"): `dpobs/frac_of_step` in a window
 with no completed step (a fraction of nothing is undefined, not 0); `dpobs/op/<op>/...`
 until the op is first used (from then on every window carries it, 0 when idle);
+`dpobs/busy_frac` and `dpobs/exposed_frac` like frac_of_step (over step time);
 `dpobs/codec/<stage>_s` until the stage is first timed; `dpobs/guard/...` whenever the
-guard is off. Every other key is in every dict.
+guard is off; `dpobs/row_age/...` whenever row age is off, and its mean_s and max_s in a
+window that aged no row. Every other key is in every dict.
 """
 from __future__ import annotations
 
@@ -20,6 +22,8 @@ MB = 1e6
 class _Snapshot:
     step_s: float = 0.0
     steps: int = 0
+    busy_s: float = 0.0  # critical.py: time on the critical path
+    exposed_s: float = 0.0
     instrumentation_s: float = 0.0
     # op -> (seconds, calls, errors, bytes either way)
     ops: dict[str, tuple[float, int, int, int]] = field(default_factory=dict)
@@ -29,9 +33,11 @@ class _Snapshot:
 
 
 class StepMetrics:
-    def __init__(self, stats: Stats, guard=None):
+    def __init__(self, stats: Stats, critical, guard=None, row_age=None):
         self._stats = stats
+        self._critical = critical
         self._guard = guard
+        self._row_age = row_age
         self._prev = _Snapshot()
 
     def _snapshot(self) -> _Snapshot:
@@ -45,6 +51,7 @@ class StepMetrics:
                 s.window_max = 0.0  # a maximum cannot be differenced: the reader resets it
             snap.codec = dict(st.codec_seconds)
             snap.instrumentation_s = sum(st.instr_seconds.values())
+        snap.busy_s, snap.exposed_s = self._critical.totals()
         if self._guard is not None:
             snap.guard = guard_flat(self._guard.totals())
         return snap
@@ -58,8 +65,12 @@ class StepMetrics:
         dp = sum(d[0] for d in deltas.values())
         out = {"dpobs/step_s": step_s, "dpobs/steps": now.steps - prev.steps,
                "dpobs/data_plane_s": dp}
+        busy, exposed = now.busy_s - prev.busy_s, now.exposed_s - prev.exposed_s
+        out["dpobs/busy_s"], out["dpobs/exposed_s"] = busy, exposed
         if step_s > 0:
             out["dpobs/frac_of_step"] = dp / step_s
+            out["dpobs/busy_frac"] = busy / step_s
+            out["dpobs/exposed_frac"] = exposed / step_s
         for op in sorted(deltas):
             seconds, calls, errors, nbytes = deltas[op]
             p = f"dpobs/op/{op}/"
@@ -73,6 +84,8 @@ class StepMetrics:
             out[f"dpobs/codec/{stage}_s"] = sec - prev.codec.get(stage, 0.0)
         for key, v in now.guard.items():
             out[f"dpobs/guard/{key}"] = v - prev.guard.get(key, 0)
+        if self._row_age is not None:  # row age (rowage.py): its own window, reset here
+            out.update(self._row_age.window())
         size, _ = self._stats.outstanding()
         out["dpobs/outstanding_mb"] = size / MB
         instr = now.instrumentation_s - prev.instrumentation_s

@@ -4,7 +4,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import time
+from time import perf_counter
 
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, MeterProvider
@@ -12,6 +12,8 @@ from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, V
 from opentelemetry.sdk.resources import Resource
 from . import names
 from .config import Settings
+from .critical import CriticalPath
+from .exposed import exposed_iterable
 from .stats import Stats
 from .stepmetrics import StepMetrics
 from .version import __version__
@@ -27,13 +29,15 @@ def _views() -> list[View]:
     return [View(instrument_name=names.OP_DURATION,
                  aggregation=native.ClassicAndNativeAggregation(boundaries=names.OP_BUCKETS)),
             hist(names.CODEC_DURATION, names.OP_BUCKETS),
-            hist(names.STEP_DURATION, names.STEP_BUCKETS)]
+            hist(names.STEP_DURATION, names.STEP_BUCKETS),
+            hist(names.ROW_AGE, names.OP_BUCKETS)]
 
 
 class Telemetry:
     def __init__(self, settings: Settings, exporters=None):
         self.settings = s = settings
         self.stats = Stats()
+        self.critical = CriticalPath()
         self._logged: set[str] = set()
         if exporters is None:
             from .exporters.prometheus import PrometheusExporter
@@ -50,7 +54,11 @@ class Telemetry:
         if s.verify_tensor_hash:
             from .guard import WireGuard  # off by default: no digest code runs without it
             self.guard = WireGuard(meter, self.internal_error)
-        self._step_metrics = StepMetrics(self.stats, self.guard)
+        self.row_age = None
+        if s.row_age:
+            from .rowage import RowAge  # off by default: rows carry no stamp without it
+            self.row_age = RowAge(meter, self)
+        self._step_metrics = StepMetrics(self.stats, self.critical, self.guard, self.row_age)
         self._cluster_views: dict = {}  # source -> cluster.ClusterView
         self._closed = False
 
@@ -75,6 +83,10 @@ class Telemetry:
              self._obs_out_size, "Payload bytes put and not yet cleared"),
             (meter.create_observable_up_down_counter, names.OUTSTANDING_KEYS, "{key}",
              self._obs_out_keys, "Keys put and not yet cleared"),
+            (meter.create_observable_counter, names.STEP_BUSY, "s", self._obs_busy,
+             "Step time with a data-plane op of this process in flight"),
+            (meter.create_observable_counter, names.STEP_EXPOSED, "s", self._obs_exposed,
+             "Step time a step's own thread or task was blocked on the data plane"),
             (meter.create_observable_counter, names.INSTR_TIME, "s", self._obs_instr_time,
              "Time spent by dpobs itself, by component"),
             (meter.create_observable_counter, names.INSTR_ERRORS, "{error}",
@@ -124,6 +136,12 @@ class Telemetry:
     def _obs_out_keys(self):
         return [Observation(self.stats.outstanding()[1])]
 
+    def _obs_busy(self):
+        return [Observation(self.critical.totals()[0])]
+
+    def _obs_exposed(self):
+        return [Observation(self.critical.totals()[1])]
+
     def _obs_instr_time(self):
         with self.stats.lock:
             return [Observation(v, {"component": c}) for c, v in self.stats.instr_seconds.items()]
@@ -151,9 +169,40 @@ class Telemetry:
         from .client import InstrumentedClient
         return InstrumentedClient(inner, self)
 
+    @contextlib.contextmanager
     def step(self):
-        """`with tel.step():` one training step (the denominator of frac_of_step)."""
-        return self._timed("step", self._step_done)
+        """`with tel.step():` one training step (the denominator of frac_of_step). In a
+        coroutine the step belongs to the task that entered it."""
+        t0 = perf_counter()
+        opened = self._begin("step", self.critical.step_begin, t0)
+        try:
+            yield
+        finally:
+            t1 = perf_counter()
+            try:
+                if opened is not None:
+                    self.critical.step_end(opened, t1)
+                self._step_done(t1 - t0)
+            except Exception as exc:  # the user's block ran; only our bookkeeping failed
+                self.internal_error("step", exc)
+
+    def _begin(self, component: str, fn, *args):
+        try:
+            return fn(*args)
+        except Exception as exc:
+            self.internal_error(component, exc)
+            return None
+
+    def waiting(self):
+        """`with tel.waiting():` the step's own thread (or task) blocks on data-plane work
+        done elsewhere (a prefetch queue, futures): exposed time. Outside a step, or on
+        another thread, it counts nothing."""
+        return self._begin("step", self.critical.exposure) or contextlib.nullcontext()
+
+    def exposed(self, iterable):
+        """`for batch in tel.exposed(loader):` the time next() (or __anext__) takes is
+        exposed time; the batches pass through unchanged."""
+        return exposed_iterable(iterable, self.waiting)
 
     def codec(self, stage: str):
         """`with tel.codec("pack"):` codec work done outside the client."""
@@ -163,12 +212,12 @@ class Telemetry:
 
     @contextlib.contextmanager
     def _timed(self, component: str, done):
-        t0 = time.perf_counter()
+        t0 = perf_counter()
         try:
             yield
         finally:
             try:
-                done(time.perf_counter() - t0)
+                done(perf_counter() - t0)
             except Exception as exc:  # the user's block ran; only our bookkeeping failed
                 self.internal_error(component, exc)
 
@@ -254,7 +303,7 @@ def start(role: str | None = None, rank: int | None = None, *, job: str | None =
           verify_tensor_hash: bool | None = None, advertise_host: str | None = None,
           tls_certfile: str | None = None, tls_keyfile: str | None = None,
           tls_client_cafile: str | None = None, reconcile_rows: int | None = None,
-          exporters=None) -> "Telemetry | DisabledTelemetry":
+          row_age: bool | None = None, exporters=None) -> "Telemetry | DisabledTelemetry":
     """Start dpobs in this process and return its Telemetry.
 
     Every argument left None comes from its DPOBS_<NAME> environment variable, then the
@@ -262,7 +311,8 @@ def start(role: str | None = None, rank: int | None = None, *, job: str | None =
     Explicit arguments are validated like environment values. advertise_host: the host
     written into file_sd when host is a wildcard. tls_*: serve /metrics over TLS, mutual
     when tls_client_cafile is set. reconcile_rows: rows put between occupancy
-    reconciliations. exporters: replace the default Prometheus exporter (see
+    reconciliations. row_age: rows carry their write time and reads observe their age
+    (rowage.py). exporters: replace the default Prometheus exporter (see
     dpobs_otel.exporters). OTEL_SDK_DISABLED=true or DPOBS_DISABLED=1 turns dpobs off: the
     result instruments nothing and serves nothing."""
     if disabled():
@@ -271,7 +321,7 @@ def start(role: str | None = None, rank: int | None = None, *, job: str | None =
         role=role, rank=rank, job=job, host=host, port=port, sd_dir=sd_dir,
         verify_tensor_hash=verify_tensor_hash, advertise_host=advertise_host,
         tls_certfile=tls_certfile, tls_keyfile=tls_keyfile,
-        tls_client_cafile=tls_client_cafile, reconcile_rows=reconcile_rows)
+        tls_client_cafile=tls_client_cafile, reconcile_rows=reconcile_rows, row_age=row_age)
     return Telemetry(settings, exporters)
 
 
@@ -285,7 +335,7 @@ class DisabledTelemetry:
     """What start() returns when dpobs is switched off: the user's code runs unchanged."""
 
     settings = None
-    guard = None
+    guard = row_age = None
     endpoint = url = registry = None
 
     def instrument(self, inner):
@@ -296,6 +346,12 @@ class DisabledTelemetry:
 
     def codec(self, stage: str):
         return contextlib.nullcontext()
+
+    def waiting(self):
+        return contextlib.nullcontext()
+
+    def exposed(self, iterable):
+        return iterable
 
     def step_metrics(self) -> dict[str, float]:
         return {}

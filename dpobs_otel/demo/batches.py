@@ -34,7 +34,12 @@ class Config:
     seed: int = 0
     alternate: bool = False  # the overhead benchmark: every other step without dpobs
     backend: str = "memory"  # demo/backends.py
+    prefetch: bool = False  # the rollout one step ahead, trainers read the next shard on a thread
+    rollout_ms: float = 0.0  # compute per step: the rollout's before its put,
+    train_ms: float = 0.0  # each trainer's after its reads
     job: str | None = None  # the Prometheus job (None: DPOBS_JOB, else "dpobs")
+    async_k: int = 0  # --async K: no barrier, the rollout up to K steps ahead (asynchronous.py)
+    row_age: bool = False  # dpobs.start(row_age=True) in every process
 
     def roles(self) -> list[tuple[str, int]]:
         return ([("rollout", 0)] + [("trainer", r) for r in range(self.trainers)]

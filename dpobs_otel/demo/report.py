@@ -16,12 +16,15 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from .. import names as nm
 from ..readback import native
+from ..readback.scrape import quantile as bucket_quantile  # histogram_quantile, {le: count}
 from ..readback.cluster import ClusterView, text as cluster_text
 from .logs import BackendLog, log_dir
 from .progress import Progress
 from ..testing.stack import Stack, binaries
 from .backends import BACKENDS, available
 from .batches import Config
+from .critical import critical_path_lines
+from .queue import add_queue_arguments, check_queue, queue_lines
 from .truth import Durations
 from .workload import Workload
 
@@ -45,6 +48,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="turn on the wire guard (dpobs.start(verify_tensor_hash=True))")
     p.add_argument("--corrupt-at-step", type=int, default=None, metavar="N",
                    help="an uninstrumented writer rewrites one row at measured step N")
+    p.add_argument("--prefetch", action="store_true",
+                   help="the rollout runs one step ahead and each trainer reads its next shard "
+                        "on a thread while it trains (exposed time falls below busy time)")
+    p.add_argument("--rollout-ms", type=float, default=0.0, metavar="MS",
+                   help="compute per step of the rollout, before its put (default 0)")
+    p.add_argument("--train-ms", type=float, default=0.0, metavar="MS",
+                   help="compute per step of each trainer, after its reads (default 0)")
+    add_queue_arguments(p)
     p.add_argument("--duration", type=float, default=None, metavar="SECONDS",
                    help="run this long instead of --steps; 0 = until stopped")
     p.add_argument("--stack", choices=("auto", "off"), default="auto",
@@ -67,15 +78,19 @@ def config(args) -> Config:
         raise SystemExit("dpobs demo: need --trainers >= 1 and --batch-size >= --trainers")
     if not 1 <= args.min_len <= args.max_len:
         raise SystemExit("dpobs demo: need 1 <= --min-len <= --max-len")
+    if args.rollout_ms < 0 or args.train_ms < 0:
+        raise SystemExit("dpobs demo: --rollout-ms and --train-ms cannot be negative")
+    check_queue(args)
     missing = available(args.backend)
     if missing:
         raise SystemExit(f"dpobs demo: --backend {args.backend} needs: {missing}")
     return Config(steps=args.steps, trainers=args.trainers, batch_size=args.batch_size,
-                  min_len=args.min_len, max_len=args.max_len,
+                  min_len=args.min_len, max_len=args.max_len, duration=args.duration,
                   latency_s=args.store_latency_ms / 1e3, verify=args.verify_tensor_hash,
-                  corrupt_at=args.corrupt_at_step, duration=args.duration,
+                  corrupt_at=args.corrupt_at_step, seed=args.seed, job=args.job,
                   sd_dir=args.sd_dir, host=args.host, advertise_host=args.advertise_host,
-                  seed=args.seed, backend=args.backend, job=args.job)
+                  backend=args.backend, async_k=args.async_k, row_age=args.row_age,
+                  prefetch=args.prefetch, rollout_ms=args.rollout_ms, train_ms=args.train_ms)
 
 
 # -- a run, kept up while its results are read --------------------------------------------
@@ -151,10 +166,10 @@ def parse_metrics(text: str) -> list[tuple[str, dict, float]]:
 
 # -- truth arithmetic (the test uses these too) ------------------------------------------
 def merge(truths) -> dict:
-    out = {"steps": 0, "step_s": 0.0, "bytes": {}, "ops": {}}
+    out = {"steps": 0, "step_s": 0.0, "busy_s": 0.0, "exposed_s": 0.0, "bytes": {}, "ops": {}}
     for t in truths:
-        out["steps"] += t["steps"]
-        out["step_s"] += t["step_s"]
+        for k in ("steps", "step_s", "busy_s", "exposed_s"):
+            out[k] += t[k]
         for k, v in t["bytes"].items():
             out["bytes"][k] = out["bytes"].get(k, 0) + v
         for op, d in t["ops"].items():
@@ -206,21 +221,6 @@ def metric_ops(samples) -> dict[str, dict]:
     return ops
 
 
-def bucket_quantile(buckets: dict[float, float], q: float) -> float:
-    """histogram_quantile() over cumulative buckets {le: count}."""
-    les = sorted(buckets)
-    if not les or buckets[les[-1]] == 0:
-        return float("nan")
-    rank, lo, below = q * buckets[les[-1]], 0.0, 0.0
-    for le in les:
-        if buckets[le] >= rank:
-            if le == float("inf"):
-                return lo
-            return lo + (le - lo) * (rank - below) / max(buckets[le] - below, 1e-12)
-        lo, below = le, buckets[le]
-    return lo
-
-
 def metric_sum(samples, name: str) -> float:
     return sum(v for n, _, v in samples if n == name)
 
@@ -233,8 +233,7 @@ def report(res: Result, stack: Stack | None, cfg: Config) -> str:
     samples = [s for k in keys for s in res.scraped[k]]
     mops = metric_ops(samples)
     lines = ["\nData-plane ops, all processes, every step (truth: the workload's own clock and "
-             "byte count; native: the processes' native histograms merged, protobuf /metrics; "
-             "classic: their explicit buckets, text /metrics), worst first"]
+             "byte count; native: their native histograms merged; classic: buckets), worst first"]
     lines.append(f"  {'op':<10}{'source':<9}{'calls':>7}{'mean ms':>9}{'p50':>8}{'p90':>8}"
                  f"{'p99':>8}{'MB':>10}{'share':>8}")
     dp_t = dp_seconds(total)
@@ -271,7 +270,8 @@ def report(res: Result, stack: Stack | None, cfg: Config) -> str:
                      f"{dp_m / step_m if step_m else 0:>9.1%}  |"
                      f"{frac_of_step(res.truth[k]):>8.1%}"
                      f"{'-' if p is None else format(p, '.1%'):>12}")
-    lines.append(_guard_line(samples, cfg))
+    lines += critical_path_lines(res, stack)
+    lines += queue_lines(res, cfg) + [_guard_line(samples, cfg)]
     if res.cluster is not None:
         lines.append("\nCluster view (tel.cluster_step_metrics(sd_dir), the measured steps)\n"
                      + cluster_text(*res.cluster))

@@ -27,10 +27,16 @@ class Config:
     # runbook_url = <runbook_base_url>/docs/runbook.md#<lowercased alert name>
     runbook_base_url: str = RUNBOOK_PLACEHOLDER
 
-    # DpobsDataPlaneDominatesStep: job frac_of_step above these, for this long.
+    # DpobsDataPlaneDominatesStep: the job's exposed fraction of step time (the time steps
+    # were blocked on the data plane; op-seconds for a synchronous job) above these.
     frac_of_step_warning: float = 0.25
     frac_of_step_critical: float = 0.5
     frac_of_step_for: str = "15m"
+    # DpobsDataPlaneStraggler: a process's mean latency of an op at least `factor` x the
+    # median of its role's, in a role of at least `min_processes` processes, for this long.
+    straggler_factor: float = 2.0
+    straggler_min_processes: int = 3
+    straggler_for: str = "15m"
     # DpobsOperationErrors: failed / all calls per (job, op).
     error_ratio_warning: float = 0.01
     error_ratio_warning_for: str = "15m"
@@ -53,6 +59,15 @@ class Config:
     guard_failing_for: str = "5m"
     guard_blind_for: str = "15m"
     instrumentation_errors_for: str = "5m"
+    # Who waits for whom (the overview's queue row, `dpobs top`, the demo's report; verdict
+    # in readback/verdict.py): the roles that put rows and the roles that read them (regular
+    # expressions over the role label), consumers waiting for rows (exposed time with no op
+    # in flight: exposed - busy) more than this fraction of their step time, rows older at
+    # read than this many consumer steps.
+    producer_roles: str = "rollout"
+    consumer_roles: str = "trainer"
+    queue_wait_frac: float = 0.25
+    queue_age_steps: float = 1.0
     # Record the classic histogram's quantiles (and the per-bucket rates they share, the
     # costliest rule). Sites whose every Prometheus takes native histograms (2.x with
     # --enable-feature=native-histograms, or 3.x) can turn this off: the native quantiles

@@ -8,12 +8,16 @@ import math
 import time
 
 from .. import names
+from ..readback import verdict
 from ..readback.prometheus import Prometheus, PrometheusError
-from .model import Alert, Answers, Job, Op, Process, worst_first
+from .model import Alert, Answers, Job, Op, Process, stragglers, worst_first
 
 JOB_RULES = {  # Job attribute -> the recording rule (one series per job)
     "frac_of_step": names.JOB_FRAC_OF_STEP,
     "max_frac_of_step": names.JOB_MAX_FRAC_OF_STEP,
+    "busy_frac": names.JOB_BUSY_FRAC_OF_STEP,
+    "exposed_frac": names.JOB_EXPOSED_FRAC_OF_STEP,
+    "max_exposed_frac": names.JOB_MAX_EXPOSED_FRAC_OF_STEP,
     "outstanding_bytes": names.JOB_OUTSTANDING_BYTES,
     "guard_checked": names.JOB_GUARD_CHECKED,
     "guard_mismatched": names.JOB_GUARD_MISMATCHED,
@@ -33,6 +37,10 @@ NATIVE_QUANTILES = {
 }
 BYTES = f"sum by (job, direction) ({names.JOB_OP_DIRECTION_BYTES})"
 PER_PROCESS = names.INSTANCE_FRAC_OF_STEP
+PROCESS_RULES = {  # Process attribute -> the recording rule (one series per process)
+    "busy_frac": names.INSTANCE_BUSY_FRAC_OF_STEP,
+    "exposed_frac": names.INSTANCE_EXPOSED_FRAC_OF_STEP,
+}
 # Every target that serves dpobs series carries role (file_sd or scrape config labels).
 TARGETS = 'up{role!=""}'
 WINDOW_S = 300.0  # the rules' 5m
@@ -56,9 +64,10 @@ class RulesSource:
             procs = self._processes()
             jobs = self._jobs({p.job for p in procs})
             alerts = self._alerts()
+            slow = stragglers(self.query(names.INSTANCE_OP_MEAN))
         except PrometheusError as e:
             return Answers(self.describe(), None, now, error=str(e))
-        return Answers(self.describe(), WINDOW_S, now, worst_first(procs), jobs, alerts)
+        return Answers(self.describe(), WINDOW_S, now, worst_first(procs), jobs, alerts, slow)
 
     def _processes(self) -> list[Process]:
         def key(m: dict) -> tuple:
@@ -74,6 +83,11 @@ class RulesSource:
         for k, v in fracs.items():  # a rule series whose target has gone: still an answer
             if k not in procs:
                 procs[k] = Process(job=k[0], node=k[1], instance=k[2], role=k[3], frac_of_step=v)
+        for attr, expr in PROCESS_RULES.items():
+            for m, v in self.query(expr):
+                p = procs.get(key(m))
+                if p is not None and p.up and math.isfinite(v):
+                    setattr(p, attr, v)
         return list(procs.values())
 
     def _by_job(self, expr: str) -> dict[str, float]:
@@ -96,7 +110,9 @@ class RulesSource:
                 if o is not None and math.isfinite(v):
                     setattr(o, attr, v)
                     o.quantiles = "native"
-        names = seen | {j for d in per_job.values() for j in d} | {j for j, _ in per_op}
+        queues = verdict.per_job_from_prometheus(self.query)
+        names = (seen | {j for d in per_job.values() for j in d} | {j for j, _ in per_op}
+                 | set(queues))
         jobs = []
         for name in sorted(names):
             j = Job(job=name, read_bytes_per_s=bytes_.get((name, "read")),
@@ -105,6 +121,8 @@ class RulesSource:
                                key=lambda o: (-(o.share or 0.0), o.op)))
             for attr, values in per_job.items():
                 setattr(j, attr, values.get(name))
+            if name in queues:
+                j.queue = verdict.verdict(verdict.from_processes(queues[name]))
             jobs.append(j)
         return jobs
 
