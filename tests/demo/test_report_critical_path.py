@@ -93,6 +93,7 @@ def test_without_prometheus_there_are_no_rules_rows():
 def test_compare_prints_the_three_fractions_per_backend():
     nan = float("nan")
     one = {"ops": {}, "roles": {}, "frac": (0.6, 0.625), "own": 0.01, "guard": None,
+           "quantiles": "native",
            "critical": {"busy": (0.5, 0.5), "exposed": (0.125, None),
                         "most stalled": (0.25, None)}}
     two = dict(one, frac=(0.3, 0.3), critical={"busy": (nan, None), "exposed": (0.05, 0.0625),
