@@ -20,6 +20,7 @@ class InstrumentedClient:
             self._pool = pool
         self._record = tel.op_duration.record
         self._attrs = tel.op_attrs
+        self._tracer = tel.tracer  # None unless tracing is on: one `is not None` per op
         self._occ = Occupancy()
         self._rows_since_reconcile = 0
         self._reconcile_rows = tel.settings.reconcile_rows
@@ -70,6 +71,8 @@ class InstrumentedClient:
             self.record_op("put", t2 - t1, n, write=sum(sizes.values()),
                        occupy=(partition_id, sample_ids, sizes),
                        overhead=t1 - t0 if self._guard is None else 0.0, t_end=t2)
+            if self._tracer is not None:
+                self._tracer.op("put", t1, t2, partition_id, n, sum(sizes.values()))
             self._rows_since_reconcile += n
             if self._rows_since_reconcile >= self._reconcile_rows:
                 self._reconcile()
@@ -114,6 +117,8 @@ class InstrumentedClient:
                 self._occ.release(partition_id, sample_ids)
             # The guard has nothing to release: its digests live beside the rows, in the store.
             self.record_op("clear", t2 - t1, n, t_end=t2)
+            if self._tracer is not None:
+                self._tracer.op("clear", t1, t2, partition_id, n, 0)
         except Exception as exc:
             self._tel.internal_error("client", exc)
         return result
@@ -159,6 +164,8 @@ class InstrumentedClient:
         try:
             self.record_op(op, t2 - t1, len(sample_ids), read=nbytes, missing=missing,
                            overhead=t1 - t0 if guard is None else 0.0, t_end=t3)
+            if self._tracer is not None:
+                self._tracer.op(op, t1, t2, partition_id, len(sample_ids), nbytes)
         except Exception as exc:
             self._tel.internal_error("client", exc)
         return result
@@ -232,6 +239,8 @@ class InstrumentedClient:
         try:
             keys = len(result) if isinstance(result, (list, tuple, set, dict)) else 0
             self.record_op(op, t2 - t1, keys, read=read, t_end=t2)
+            if self._tracer is not None:
+                self._tracer.op(op, t1, t2, _partition(args, kwargs), keys, read)
         except Exception as exc:
             self._tel.internal_error("client", exc)
         return result
@@ -291,6 +300,9 @@ class InstrumentedClient:
                 if dt > s.window_max:
                     s.window_max = dt
                 st.errors[key] = st.errors.get(key, 0) + 1
+            if self._tracer is not None:
+                t = perf_counter()
+                self._tracer.op(op, t - dt, t, None, 0, 0, key[1])
         except Exception as internal:
             self._tel.internal_error("client", internal)
 
@@ -350,6 +362,14 @@ class InstrumentedClient:
         except Exception as exc:
             self._tel.internal_error("reconcile", exc)  # skipped; the next window retries
             return None
+
+
+def _partition(args, kwargs):
+    """The partition of a generic op, for its span: partition_id= or a leading string."""
+    pid = kwargs.get("partition_id")
+    if pid is None and args and isinstance(args[0], str):
+        pid = args[0]
+    return pid
 
 
 def _put_sizes(fields, tags) -> dict:

@@ -49,8 +49,23 @@ class Telemetry:
             from .guard import WireGuard  # off by default: no digest code runs without it
             self.guard = WireGuard(meter, self.internal_error)
         self._step_metrics = StepMetrics(self.stats, self.guard)
+        self.tracer = self._otlp = None
+        if s.trace:  # off by default: nothing of tracing/ is imported without it
+            self._start_tracing()
         self._cluster_views: dict = {}  # source -> cluster.ClusterView
         self._closed = False
+
+    def _start_tracing(self) -> None:
+        from .tracing import start as start_tracing
+        from .tracing.route import trace_handler
+
+        self.tracer, self._otlp = start_tracing(self.settings)
+        if self.endpoint:
+            port = self.endpoint.rsplit(":", 1)[1]
+            self.tracer.resource["instance"] = f"{self.settings.target_host}:{port}"
+        for e in self.exporters:  # /trace beside /metrics: same bind, same TLS
+            if hasattr(e, "add_route"):
+                e.add_route("/trace", trace_handler(self.tracer, self.internal_error))
 
     # -- instruments ------------------------------------------------------------------
     def _create_instruments(self, meter) -> None:
@@ -151,7 +166,27 @@ class Telemetry:
 
     def step(self):
         """`with tel.step():` one training step (the denominator of frac_of_step)."""
+        if self.tracer is not None:
+            return self._traced_step()
         return self._timed("step", self._step_done)
+
+    @contextlib.contextmanager
+    def _traced_step(self):
+        try:
+            opened = self.tracer.step_begin()
+        except Exception as exc:
+            self.internal_error("trace", exc)
+            opened = None
+        t0 = time.perf_counter()
+        try:
+            with self._timed("step", self._step_done):
+                yield
+        finally:
+            try:
+                if opened is not None:
+                    self.tracer.step_end(opened, t0, time.perf_counter())
+            except Exception as exc:
+                self.internal_error("trace", exc)
 
     def codec(self, stage: str):
         """`with tel.codec("pack"):` codec work done outside the client."""
@@ -236,6 +271,11 @@ class Telemetry:
         if self._closed:
             return
         self._closed = True
+        if self._otlp is not None:
+            try:
+                self._otlp.shutdown()  # the spans still queued go out first
+            except Exception as exc:
+                self.internal_error("trace", exc)
         for e in self.exporters:
             e.shutdown()
         self._provider.shutdown()  # also unregisters the readers' collectors
@@ -252,7 +292,7 @@ def start(role: str | None = None, rank: int | None = None, *, job: str | None =
           verify_tensor_hash: bool | None = None, advertise_host: str | None = None,
           tls_certfile: str | None = None, tls_keyfile: str | None = None,
           tls_client_cafile: str | None = None, reconcile_rows: int | None = None,
-          exporters=None) -> "Telemetry | DisabledTelemetry":
+          trace: bool | None = None, exporters=None) -> "Telemetry | DisabledTelemetry":
     """Start dpobs in this process and return its Telemetry.
 
     Every argument left None comes from its DPOBS_<NAME> environment variable, then the
@@ -260,7 +300,9 @@ def start(role: str | None = None, rank: int | None = None, *, job: str | None =
     Explicit arguments are validated like environment values. advertise_host: the host
     written into file_sd when host is a wildcard. tls_*: serve /metrics over TLS, mutual
     when tls_client_cafile is set. reconcile_rows: rows put between occupancy
-    reconciliations. exporters: replace the default Prometheus exporter (see
+    reconciliations. trace: spans of ops, steps and waits, served at /trace (DPOBS_TRACE;
+    tracing/ and docs/timeline.md: DPOBS_TRACE_RING, DPOBS_TRACE_EVERY, DPOBS_NODE, OTLP).
+    exporters: replace the default Prometheus exporter (see
     dpobs_otel.exporters). OTEL_SDK_DISABLED=true or DPOBS_DISABLED=1 turns dpobs off: the
     result instruments nothing and serves nothing."""
     if disabled():
@@ -269,7 +311,7 @@ def start(role: str | None = None, rank: int | None = None, *, job: str | None =
         role=role, rank=rank, job=job, host=host, port=port, sd_dir=sd_dir,
         verify_tensor_hash=verify_tensor_hash, advertise_host=advertise_host,
         tls_certfile=tls_certfile, tls_keyfile=tls_keyfile,
-        tls_client_cafile=tls_client_cafile, reconcile_rows=reconcile_rows)
+        tls_client_cafile=tls_client_cafile, reconcile_rows=reconcile_rows, trace=trace)
     return Telemetry(settings, exporters)
 
 

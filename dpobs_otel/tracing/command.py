@@ -1,0 +1,71 @@
+"""`dpobs timeline --sd-dir DIR [--steps N] --out TRACE.json [--png TIMELINE.png]`: every
+traced process listed in DIR, its /trace fetched in parallel (https when the DPOBS_TLS_*
+variables are set, as for cluster_step_metrics), merged on the wall clock into a Chrome
+trace-event JSON (ui.perfetto.dev, chrome://tracing) and, with --png, a swimlane picture."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from . import collect, events
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--sd-dir", default=None, metavar="DIR",
+                   help="the file_sd directory the processes announce themselves in "
+                        "(default DPOBS_SD_DIR)")
+    p.add_argument("--steps", type=int, default=None, metavar="N",
+                   help="only each process's last N traced steps (default: its whole ring)")
+    p.add_argument("--out", required=True, metavar="TRACE.json",
+                   help="the Chrome trace-event JSON to write")
+    p.add_argument("--png", default=None, metavar="TIMELINE.png",
+                   help="also draw the swimlane picture (needs the extra dpobs-otel[timeline])")
+    p.add_argument("--job", default=None, help="only this job's processes (default: all)")
+    p.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS",
+                   help="per process (default 5)")
+
+
+def ssl_context():
+    from ..config import Settings
+    from ..readback.cluster import tls_context_for
+    return tls_context_for(Settings.resolve())
+
+
+def write(addresses: list[str], out: str, png: str | None = None, steps: int | None = None,
+          timeout: float = 5.0, ssl=None, title: str = "dpobs timeline", err=sys.stderr):
+    """Collect, write the JSON (and the PNG); returns (processes, {address: reason})."""
+    if png:
+        from .picture import require_matplotlib
+        require_matplotlib()  # before the collection: say which extra is missing up front
+    got, missing = collect.collect(addresses, steps, timeout, ssl)
+    for address, why in sorted(missing.items()):
+        print(f"dpobs timeline: {address}: no trace ({why})", file=err)
+    procs = events.processes(got)
+    with open(out, "w") as f:
+        json.dump(events.chrome_trace(procs, missing), f)
+    if png:
+        from .picture import render
+        render(procs, png, title)
+    return procs, missing
+
+
+def run(args) -> int:
+    from ..readback.scrape import targets
+
+    sd_dir = args.sd_dir or os.environ.get("DPOBS_SD_DIR")
+    if not sd_dir or not os.path.isdir(sd_dir):
+        raise SystemExit(f"dpobs timeline: --sd-dir {sd_dir}: not a directory")
+    if args.steps is not None and args.steps < 1:
+        raise SystemExit("dpobs timeline: --steps must be >= 1")
+    addresses = sorted({t.address for t in targets(sd_dir, args.job)})
+    if not addresses:
+        raise SystemExit(f"dpobs timeline: no process is listed in {sd_dir}")
+    procs, missing = write(addresses, args.out, args.png, args.steps, args.timeout,
+                           ssl_context())
+    spans = sum(len(p.spans) for p in procs)
+    print(f"{len(procs)} of {len(addresses)} processes, {spans} spans -> {args.out} "
+          f"(open it in ui.perfetto.dev or chrome://tracing)"
+          + (f"; picture -> {args.png}" if args.png else ""))
+    return 0 if procs else 1
