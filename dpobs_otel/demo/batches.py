@@ -35,6 +35,7 @@ class Config:
     alternate: bool = False  # the overhead benchmark: every other step without dpobs
     backend: str = "memory"  # demo/backends.py
     job: str | None = None  # the Prometheus job (None: DPOBS_JOB, else "dpobs")
+    trace: bool = False  # spans in every process (dpobs.start(trace=True))
 
     def roles(self) -> list[tuple[str, int]]:
         return ([("rollout", 0)] + [("trainer", r) for r in range(self.trainers)]

@@ -55,6 +55,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1", help="bind the /metrics endpoints here")
     p.add_argument("--advertise-host", default=None, metavar="NAME",
                    help="host name written into file_sd (when --host is a wildcard)")
+    p.add_argument("--trace", action="store_true",
+                   help="trace every process (dpobs.start(trace=True)) and write trace.json "
+                        "(Perfetto) and timeline.png of the measured steps into the log folder")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--log-dir", default=None, metavar="DIR",
                    help="where the backend's own logs go (default: a new folder under the "
@@ -74,7 +77,7 @@ def config(args) -> Config:
                   latency_s=args.store_latency_ms / 1e3, verify=args.verify_tensor_hash,
                   corrupt_at=args.corrupt_at_step, duration=args.duration,
                   sd_dir=args.sd_dir, host=args.host, advertise_host=args.advertise_host,
-                  seed=args.seed, backend=args.backend, job=args.job)
+                  seed=args.seed, backend=args.backend, job=args.job, trace=args.trace)
 
 
 # -- a run, kept up while its results are read --------------------------------------------
@@ -369,13 +372,18 @@ def run(args) -> int:
                     print(f"Prometheus   {stack.prometheus}\nAlertmanager "
                           f"{stack.alertmanager}\nfile_sd      {stack.sd_dir}")
             log = es.enter_context(open(args.cluster_log, "a")) if args.cluster_log else None
-            backend = es.enter_context(BackendLog(log_dir(args.log_dir), cfg.backend))
+            folder = log_dir(args.log_dir)
+            backend = es.enter_context(BackendLog(folder, cfg.backend))
             state.update(out=backend.out, err=backend.err, running=True)
             progress = Progress(cfg, stream=backend.err)
             with session(cfg, stack, on_ready, progress, log) as res:
                 state["running"] = False
                 progress.finish()
                 print(report(res, stack, cfg), file=backend.out, flush=True)
+                if cfg.trace:
+                    from ..tracing.command import demo_outputs
+                    demo_outputs([i["endpoint"] for i in res.info.values()], folder,
+                                 cfg.steps if cfg.duration is None else None, backend.out)
     except KeyboardInterrupt:
         print("\ninterrupted; everything started is stopped", file=sys.stderr)
         return 130

@@ -55,7 +55,8 @@ def _process(role, rank, cfg: Config, spec, sync: Sync, out) -> None:
     tel = raw = None
     try:
         tel = dpobs.start(role=role, rank=rank, job=cfg.job, sd_dir=cfg.sd_dir, host=cfg.host,
-                          advertise_host=cfg.advertise_host, verify_tensor_hash=cfg.verify)
+                          advertise_host=cfg.advertise_host, verify_tensor_hash=cfg.verify,
+                          trace=cfg.trace or None)
         raw = backends.connect(spec)
         timed = Timed(raw, ROLE_OPS[role])
         client = tel.instrument(timed)

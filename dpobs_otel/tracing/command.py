@@ -34,8 +34,9 @@ def ssl_context():
 
 
 def write(addresses: list[str], out: str, png: str | None = None, steps: int | None = None,
-          timeout: float = 5.0, ssl=None, title: str = "dpobs timeline", err=sys.stderr):
-    """Collect, write the JSON (and the PNG); returns (processes, {address: reason})."""
+          timeout: float = 5.0, ssl=None, png_steps: int | None = None, err=sys.stderr):
+    """Collect, write the JSON (and the PNG of the last png_steps steps, default `steps`);
+    returns (processes, {address: reason})."""
     if png:
         from .picture import require_matplotlib
         require_matplotlib()  # before the collection: say which extra is missing up front
@@ -47,8 +48,25 @@ def write(addresses: list[str], out: str, png: str | None = None, steps: int | N
         json.dump(events.chrome_trace(procs, missing), f)
     if png:
         from .picture import render
-        render(procs, png, title)
+        shown = events.last(procs, png_steps) if png_steps else procs
+        n = png_steps or steps
+        render(shown, png, f"dpobs timeline: the last {n} steps" if n else "dpobs timeline")
     return procs, missing
+
+
+def demo_outputs(addresses: list[str], folder, steps: int | None, out=sys.stdout,
+                 png_steps: int = 12) -> None:
+    """`dpobs demo --trace`: trace.json of the measured steps and timeline.png of the last
+    few, in `folder`; without matplotlib the JSON alone, and which extra draws the picture."""
+    from .picture import EXTRA, has_matplotlib
+
+    trace, png = os.path.join(folder, "trace.json"), os.path.join(folder, "timeline.png")
+    drawn = has_matplotlib()
+    procs, _ = write(addresses, trace, png if drawn else None, steps,
+                     png_steps=min(png_steps, steps or png_steps), err=out)
+    print(f"\nTimeline ({len(procs)} processes): {trace}  (open it in ui.perfetto.dev)", file=out)
+    print(f"  picture of the last steps: {png}" if drawn else
+          f"  no picture: it needs matplotlib, pip install '{EXTRA}'", file=out)
 
 
 def run(args) -> int:

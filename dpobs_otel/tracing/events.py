@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .tracer import last_steps
+
 
 @dataclass
 class Process:
@@ -45,6 +47,11 @@ def _int(v) -> int:
         return int(v)
     except (TypeError, ValueError):
         return -1
+
+
+def last(procs: list[Process], steps: int) -> list[Process]:
+    """Each process with only the spans of its last `steps` steps."""
+    return [Process(p.name, p.resource, p.threads, last_steps(p.spans, steps)) for p in procs]
 
 
 def origin_ns(procs: list[Process]) -> int:

@@ -11,6 +11,11 @@ STEP_Y, OP_Y, WAIT_Y = (0.10, 0.16), (0.30, 0.40), (0.74, 0.16)  # (offset, heig
 WAIT_COLOR = "#d62728"
 
 
+def has_matplotlib() -> bool:
+    import importlib.util
+    return importlib.util.find_spec("matplotlib") is not None
+
+
 def require_matplotlib():
     try:
         import matplotlib
