@@ -65,6 +65,7 @@ def _label(proc: Process) -> str:
 
 def _lane(ax, lane: int, proc: Process, origin: int, scale: float, least: float,
           colors: dict) -> None:
+    label_w = least * 40
     def bars(spans):
         return [((s["start_ns"] - origin) / scale,
                  max((s["end_ns"] - s["start_ns"]) / scale, least)) for s in spans]
@@ -77,13 +78,17 @@ def _lane(ax, lane: int, proc: Process, origin: int, scale: float, least: float,
     steps = sorted((s for s in proc.spans if s["kind"] == "step"),
                    key=lambda s: s["start_ns"])
     shades = ["#c7c7c7", "#9e9e9e"]
-    for i, (x, w) in enumerate(bars(steps)):
+    for i, ((x, w), s) in enumerate(zip(bars(steps), steps)):
         ax.broken_barh([(x, w)], y(STEP_Y), facecolors=shades[i % 2], zorder=2)
         ax.vlines(x, lane + 0.04, lane + 0.96, colors="#555555", linewidth=0.8, zorder=3)
+        if w > label_w:  # the step's number, where it fits
+            ax.text(x + w / 2, lane + STEP_Y[0] + STEP_Y[1] / 2, str(s["attributes"]["step"]),
+                    ha="center", va="center", fontsize=6.5, color="#222222", zorder=5)
     for op, color in colors.items():
         mine = [s for s in proc.spans if s["kind"] == "op" and s["attributes"]["op"] == op]
         if mine:
-            ax.broken_barh(bars(mine), y(OP_Y), facecolors=color, zorder=4)
+            ax.broken_barh(bars(mine), y(OP_Y), facecolors=color, edgecolors="white",
+                           linewidth=0.3, zorder=4)
     waits = [s for s in proc.spans if s["kind"] == "wait"]
     if waits:
         ax.broken_barh(bars(waits), y(WAIT_Y), facecolors="white", edgecolors=WAIT_COLOR,
