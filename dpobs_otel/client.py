@@ -1,15 +1,20 @@
 """The instrumented data-plane client: the protocol's ops measured, everything else passed
-through. Inner exceptions propagate untouched; dpobs's own failures are swallowed and counted."""
+through. Inner exceptions propagate untouched; dpobs's own failures are swallowed and counted.
+
+Any protocol method may return an awaitable (a coroutine function, or a plain function
+returning a coroutine): the op is then measured when awaited, from the call to the awaited
+result, its bytes and guard checks those of that result (client_async.py)."""
 from __future__ import annotations
 
 from functools import partial
 from time import perf_counter
 
-from .occupancy import TAGS, UNSIZED, Occupancy
+from .client_async import NOT_AWAITABLE, AwaitedOps, is_awaitable
+from .occupancy import TAGS, UNSIZED, Occupancy, Reconciling
 from .sizing import encoded_size, field_nbytes, is_payload, payload_nbytes
 
 
-class InstrumentedClient:
+class InstrumentedClient(AwaitedOps, Reconciling):
     def __init__(self, inner, tel):
         self._inner = inner
         self._tel = tel
@@ -19,6 +24,7 @@ class InstrumentedClient:
             from .guard import pool
             self._pool = pool
         self._record = tel.op_duration.record
+        self._cp = tel.critical
         self._attrs = tel.op_attrs
         self._tracer = tel.tracer  # None unless tracing is on: one `is not None` per op
         self._occ = Occupancy()
@@ -55,12 +61,21 @@ class InstrumentedClient:
             else:
                 stored = pending.result()
         t1 = perf_counter()
+        step = self._cp.begin(t1)
         try:
             result = self._inner.put_samples(sample_ids, partition_id, stored, tags, **kwargs)
         except BaseException as exc:
-            self.record_failure("put", exc, perf_counter() - t1)
+            self.failed_call("put", exc, t1, step)
             raise
+        if type(result) not in NOT_AWAITABLE and is_awaitable(result):
+            self._cp.retract(step)
+            return self._put_async(result, t0, t1, sample_ids, partition_id, fields, tags)
         t2 = perf_counter()
+        self._cp.end(step, t2)
+        self._put_done(t0, t1, t2, sample_ids, partition_id, fields, tags)
+        return result
+
+    def _put_done(self, t0, t1, t2, sample_ids, partition_id, fields, tags) -> None:
         try:  # bytes in a guard of their own (see _sized), inlined on the hottest path
             sizes = _put_sizes(fields, tags)
         except Exception as exc:
@@ -78,7 +93,6 @@ class InstrumentedClient:
                 self._reconcile()
         except Exception as exc:
             self._tel.internal_error("client", exc)
-        return result
 
     def _sized(self, default, fn, *args):
         """Payload bytes in a guard of their own: a sizing failure is counted
@@ -104,12 +118,21 @@ class InstrumentedClient:
 
     def clear_samples(self, sample_ids, partition_id, **kwargs):
         t1 = perf_counter()
+        step = self._cp.begin(t1)
         try:
             result = self._inner.clear_samples(sample_ids, partition_id, **kwargs)
         except BaseException as exc:
-            self.record_failure("clear", exc, perf_counter() - t1)
+            self.failed_call("clear", exc, t1, step)
             raise
+        if type(result) not in NOT_AWAITABLE and is_awaitable(result):
+            self._cp.retract(step)
+            return self._clear_async(result, t1, sample_ids, partition_id)
         t2 = perf_counter()
+        self._cp.end(step, t2)
+        self._clear_done(t1, t2, sample_ids, partition_id)
+        return result
+
+    def _clear_done(self, t1, t2, sample_ids, partition_id) -> None:
         try:
             with self._stats.lock:
                 n = (len(sample_ids) if sample_ids is not None
@@ -121,7 +144,6 @@ class InstrumentedClient:
                 self._tracer.op("clear", t1, t2, partition_id, n, 0)
         except Exception as exc:
             self._tel.internal_error("client", exc)
-        return result
 
     def list_sample_ids(self, partition_id, *args, **kwargs):
         return self._call("list", self._inner.list_sample_ids, (partition_id, *args), kwargs)
@@ -141,6 +163,7 @@ class InstrumentedClient:
             select = self._guarded(guard.before_get, select_fields, select_fields)
             added = select != select_fields  # digest columns were asked for by name
         t1 = perf_counter()
+        step = self._cp.begin(t1)
         try:
             try:
                 result = fn(sample_ids, partition_id, select, **kwargs)
@@ -152,9 +175,22 @@ class InstrumentedClient:
                 mixed = True
                 result = fn(sample_ids, partition_id, select_fields, **kwargs)
         except BaseException as exc:
-            self.record_failure(op, exc, perf_counter() - t1)
+            self.failed_call(op, exc, t1, step)
             raise
+        if type(result) not in NOT_AWAITABLE and is_awaitable(result):
+            self._cp.retract(step)
+            retry = (partial(fn, sample_ids, partition_id, select_fields, **kwargs) if added
+                     else None)
+            return self._read_async(op, fn, result, retry, t0, t1, sample_ids, partition_id,
+                                    select_fields, kwargs, added)
         t2 = perf_counter()
+        self._cp.end(step, t2)
+        return self._read_done(op, fn, result, t0, t1, t2, sample_ids, partition_id,
+                               select_fields, kwargs, added, mixed)
+
+    def _read_done(self, op, fn, result, t0, t1, t2, sample_ids, partition_id, select_fields,
+                   kwargs, added, mixed):
+        guard = self._guard
         if (guard is not None or self._returned_ids is not None) and is_payload(result):
             # Only a TensorDict is checked: anything else goes back untouched.
             result = self._checked(fn, partition_id, kwargs, sample_ids, select_fields,
@@ -228,19 +264,28 @@ class InstrumentedClient:
             self._stats.add_time("adapter", perf_counter() - t)
 
     def _call(self, op, fn, args, kwargs, read_result=False):
+        pid = None if self._tracer is None else _partition(args, kwargs)  # for its span
         t1 = perf_counter()
+        step = self._cp.begin(t1)
         try:
             result = fn(*args, **kwargs)
         except BaseException as exc:
-            self.record_failure(op, exc, perf_counter() - t1)
+            self.failed_call(op, exc, t1, step)
             raise
+        if type(result) not in NOT_AWAITABLE and is_awaitable(result):
+            self._cp.retract(step)
+            return self._call_async(op, result, t1, read_result, pid)
         t2 = perf_counter()
+        self._cp.end(step, t2)
+        return self._call_done(op, result, t1, t2, read_result, pid)
+
+    def _call_done(self, op, result, t1, t2, read_result, pid=None):
         read = self._sized(0, payload_nbytes, result) if read_result else 0
         try:
             keys = len(result) if isinstance(result, (list, tuple, set, dict)) else 0
             self.record_op(op, t2 - t1, keys, read=read, t_end=t2)
             if self._tracer is not None:
-                self._tracer.op(op, t1, t2, _partition(args, kwargs), keys, read)
+                self._tracer.op(op, t1, t2, pid, keys, read)
         except Exception as exc:
             self._tel.internal_error("client", exc)
         return result
@@ -287,6 +332,15 @@ class InstrumentedClient:
         with self._stats.lock:
             return set(self._occ.live(partition_id))
 
+    def failed_call(self, op, exc, t1, step) -> None:
+        """A synchronous call raised: its interval ends now; counted by exception class."""
+        t2 = perf_counter()
+        try:
+            self._cp.end(step, t2)
+        except Exception as internal:
+            self._tel.internal_error("client", internal)
+        self.record_failure(op, exc, t2 - t1)
+
     def record_failure(self, op, exc, dt):
         try:
             self._record(dt, self._attrs.get(op) or {"op": op})
@@ -327,42 +381,6 @@ class InstrumentedClient:
             self._tel.internal_error("guard", exc)
             return result
 
-    def _reconcile(self) -> None:
-        """Drop keys another process cleared: diff what we hold against the store's listing.
-        Ids put while the listing runs (other threads) are exempt: the listing may predate
-        them. A reconciliation already running elsewhere makes this one a no-op."""
-        st, occ = self._stats, self._occ
-        with st.lock:
-            if self._reconciling:
-                return
-            self._reconciling = True
-            self._rows_since_reconcile = 0
-            occ.recent = {}
-            partitions = list(occ.parts)
-        t = perf_counter()
-        try:
-            for pid in partitions:
-                live = self._listing(pid)
-                if live is None:
-                    continue
-                with st.lock:
-                    stale = occ.live(pid) - live - occ.recent.get(pid, set())
-                    occ.release(pid, stale)
-        finally:
-            with st.lock:
-                occ.recent = None
-                self._reconciling = False
-            st.add_time("reconcile", perf_counter() - t)
-
-    def _listing(self, pid) -> set | None:
-        try:
-            return set(self._inner.list_sample_ids(pid))
-        except KeyError:
-            return set()  # the partition itself is gone
-        except Exception as exc:
-            self._tel.internal_error("reconcile", exc)  # skipped; the next window retries
-            return None
-
 
 def _partition(args, kwargs):
     """The partition of a generic op, for its span: partition_id= or a leading string."""
@@ -377,3 +395,4 @@ def _put_sizes(fields, tags) -> dict:
     if tags:
         sizes[TAGS] = encoded_size(tags)
     return sizes or {UNSIZED: 0}
+

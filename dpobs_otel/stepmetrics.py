@@ -4,6 +4,7 @@ loggers such as wandb or TensorBoard. Keys are namespaced under `dpobs/`.
 Which keys can be absent (README, "Per-step metrics"): `dpobs/frac_of_step` in a window
 with no completed step (a fraction of nothing is undefined, not 0); `dpobs/op/<op>/...`
 until the op is first used (from then on every window carries it, 0 when idle);
+`dpobs/busy_frac` and `dpobs/exposed_frac` like frac_of_step (over step time);
 `dpobs/codec/<stage>_s` until the stage is first timed; `dpobs/guard/...` whenever the
 guard is off. Every other key is in every dict.
 """
@@ -20,6 +21,8 @@ MB = 1e6
 class _Snapshot:
     step_s: float = 0.0
     steps: int = 0
+    busy_s: float = 0.0  # critical.py: time on the critical path
+    exposed_s: float = 0.0
     instrumentation_s: float = 0.0
     # op -> (seconds, calls, errors, bytes either way)
     ops: dict[str, tuple[float, int, int, int]] = field(default_factory=dict)
@@ -29,8 +32,9 @@ class _Snapshot:
 
 
 class StepMetrics:
-    def __init__(self, stats: Stats, guard=None):
+    def __init__(self, stats: Stats, critical, guard=None):
         self._stats = stats
+        self._critical = critical
         self._guard = guard
         self._prev = _Snapshot()
 
@@ -45,6 +49,7 @@ class StepMetrics:
                 s.window_max = 0.0  # a maximum cannot be differenced: the reader resets it
             snap.codec = dict(st.codec_seconds)
             snap.instrumentation_s = sum(st.instr_seconds.values())
+        snap.busy_s, snap.exposed_s = self._critical.totals()
         if self._guard is not None:
             snap.guard = guard_flat(self._guard.totals())
         return snap
@@ -58,8 +63,12 @@ class StepMetrics:
         dp = sum(d[0] for d in deltas.values())
         out = {"dpobs/step_s": step_s, "dpobs/steps": now.steps - prev.steps,
                "dpobs/data_plane_s": dp}
+        busy, exposed = now.busy_s - prev.busy_s, now.exposed_s - prev.exposed_s
+        out["dpobs/busy_s"], out["dpobs/exposed_s"] = busy, exposed
         if step_s > 0:
             out["dpobs/frac_of_step"] = dp / step_s
+            out["dpobs/busy_frac"] = busy / step_s
+            out["dpobs/exposed_frac"] = exposed / step_s
         for op in sorted(deltas):
             seconds, calls, errors, nbytes = deltas[op]
             p = f"dpobs/op/{op}/"

@@ -4,7 +4,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import time
+from time import perf_counter
 
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, MeterProvider
@@ -12,6 +12,8 @@ from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, V
 from opentelemetry.sdk.resources import Resource
 from . import names
 from .config import Settings
+from .critical import CriticalPath, Exposure
+from .exposed import exposed_iterable
 from .stats import Stats
 from .stepmetrics import StepMetrics
 from .version import __version__
@@ -32,6 +34,7 @@ class Telemetry:
     def __init__(self, settings: Settings, exporters=None):
         self.settings = s = settings
         self.stats = Stats()
+        self.critical = CriticalPath()
         self._logged: set[str] = set()
         if exporters is None:
             from .exporters.prometheus import PrometheusExporter
@@ -48,7 +51,7 @@ class Telemetry:
         if s.verify_tensor_hash:
             from .guard import WireGuard  # off by default: no digest code runs without it
             self.guard = WireGuard(meter, self.internal_error)
-        self._step_metrics = StepMetrics(self.stats, self.guard)
+        self._step_metrics = StepMetrics(self.stats, self.critical, self.guard)
         self.tracer = self._otlp = None
         if s.trace:  # off by default: nothing of tracing/ is imported without it
             self._start_tracing()
@@ -88,6 +91,10 @@ class Telemetry:
              self._obs_out_size, "Payload bytes put and not yet cleared"),
             (meter.create_observable_up_down_counter, names.OUTSTANDING_KEYS, "{key}",
              self._obs_out_keys, "Keys put and not yet cleared"),
+            (meter.create_observable_counter, names.STEP_BUSY, "s", self._obs_busy,
+             "Step time with a data-plane op of this process in flight"),
+            (meter.create_observable_counter, names.STEP_EXPOSED, "s", self._obs_exposed,
+             "Step time a step's own thread or task was blocked on the data plane"),
             (meter.create_observable_counter, names.INSTR_TIME, "s", self._obs_instr_time,
              "Time spent by dpobs itself, by component"),
             (meter.create_observable_counter, names.INSTR_ERRORS, "{error}",
@@ -137,6 +144,12 @@ class Telemetry:
     def _obs_out_keys(self):
         return [Observation(self.stats.outstanding()[1])]
 
+    def _obs_busy(self):
+        return [Observation(self.critical.totals()[0])]
+
+    def _obs_exposed(self):
+        return [Observation(self.critical.totals()[1])]
+
     def _obs_instr_time(self):
         with self.stats.lock:
             return [Observation(v, {"component": c}) for c, v in self.stats.instr_seconds.items()]
@@ -164,29 +177,60 @@ class Telemetry:
         from .client import InstrumentedClient
         return InstrumentedClient(inner, self)
 
-    def step(self):
-        """`with tel.step():` one training step (the denominator of frac_of_step)."""
-        if self.tracer is not None:
-            return self._traced_step()
-        return self._timed("step", self._step_done)
-
     @contextlib.contextmanager
-    def _traced_step(self):
+    def step(self):
+        """`with tel.step():` one training step (the denominator of frac_of_step). In a
+        coroutine the step belongs to the task that entered it."""
+        t0 = perf_counter()
+        opened = self._begin("step", self.critical.step_begin, t0)
+        traced = None if self.tracer is None else self._begin("trace", self.tracer.step_begin)
         try:
-            opened = self.tracer.step_begin()
-        except Exception as exc:
-            self.internal_error("trace", exc)
-            opened = None
-        t0 = time.perf_counter()
-        try:
-            with self._timed("step", self._step_done):
-                yield
+            yield
         finally:
+            t1 = perf_counter()
             try:
                 if opened is not None:
-                    self.tracer.step_end(opened, t0, time.perf_counter())
-            except Exception as exc:
-                self.internal_error("trace", exc)
+                    self.critical.step_end(opened, t1)
+                self._step_done(t1 - t0)
+            except Exception as exc:  # the user's block ran; only our bookkeeping failed
+                self.internal_error("step", exc)
+            if traced is not None:
+                self._begin("trace", self.tracer.step_end, traced, t0, t1)
+
+    def _begin(self, component: str, fn, *args):
+        try:
+            return fn(*args)
+        except Exception as exc:
+            self.internal_error(component, exc)
+            return None
+
+    def waiting(self):
+        """`with tel.waiting():` the step's own thread (or task) blocks on data-plane work
+        done elsewhere (a prefetch queue, futures): exposed time. Outside a step, or on
+        another thread, it counts nothing."""
+        return self._waiting("waiting")
+
+    def exposed(self, iterable):
+        """`for batch in tel.exposed(loader):` the time next() (or __anext__) takes is
+        exposed time; the batches pass through unchanged."""
+        return exposed_iterable(iterable, lambda: self._waiting("exposed"))
+
+    def _waiting(self, kind: str):
+        exposure = self._begin("step", self.critical.exposure)
+        if exposure is None:
+            return contextlib.nullcontext()
+        if self.tracer is not None and isinstance(exposure, Exposure):
+            return self._traced_wait(exposure, kind)  # a span for the waits that count
+        return exposure
+
+    @contextlib.contextmanager
+    def _traced_wait(self, exposure, kind: str):
+        t0 = perf_counter()
+        try:
+            with exposure:
+                yield
+        finally:
+            self._begin("trace", self.tracer.wait, t0, perf_counter(), kind)
 
     def codec(self, stage: str):
         """`with tel.codec("pack"):` codec work done outside the client."""
@@ -196,12 +240,12 @@ class Telemetry:
 
     @contextlib.contextmanager
     def _timed(self, component: str, done):
-        t0 = time.perf_counter()
+        t0 = perf_counter()
         try:
             yield
         finally:
             try:
-                done(time.perf_counter() - t0)
+                done(perf_counter() - t0)
             except Exception as exc:  # the user's block ran; only our bookkeeping failed
                 self.internal_error(component, exc)
 
@@ -336,6 +380,12 @@ class DisabledTelemetry:
 
     def codec(self, stage: str):
         return contextlib.nullcontext()
+
+    def waiting(self):
+        return contextlib.nullcontext()
+
+    def exposed(self, iterable):
+        return iterable
 
     def step_metrics(self) -> dict[str, float]:
         return {}

@@ -103,6 +103,11 @@ def test_step_codec_and_step_metrics(tel, client):
         m["dpobs/op/put/seconds"] + m["dpobs/op/get/seconds"])
     assert 0 < m["dpobs/frac_of_step"] < 1
     assert m["dpobs/frac_of_step"] == pytest.approx(m["dpobs/data_plane_s"] / m["dpobs/step_s"])
+    # A synchronous loop whose ops all run inside the step: the three numbers agree.
+    assert m["dpobs/busy_s"] == pytest.approx(m["dpobs/data_plane_s"], rel=1e-9)
+    assert m["dpobs/exposed_s"] == pytest.approx(m["dpobs/data_plane_s"], rel=1e-9)
+    assert m["dpobs/busy_frac"] == m["dpobs/exposed_frac"] == pytest.approx(
+        m["dpobs/frac_of_step"])
     assert m["dpobs/op/put/mb"] == pytest.approx(16000 / 1e6)
     assert m["dpobs/op/get/mb"] == pytest.approx(8000 / 1e6)
     assert m["dpobs/op/put/share"] + m["dpobs/op/get/share"] == pytest.approx(1)
@@ -118,7 +123,8 @@ def test_step_codec_and_step_metrics(tel, client):
     # A window with no step: only the documented key (frac_of_step) goes; the rest stay.
     client.get_samples(list("ab"), "p")
     m3 = tel.step_metrics()
-    assert set(m) - set(m3) == {"dpobs/frac_of_step"}
+    assert set(m) - set(m3) == {"dpobs/frac_of_step", "dpobs/busy_frac", "dpobs/exposed_frac"}
+    assert m3["dpobs/busy_s"] == 0 and m3["dpobs/exposed_s"] == 0  # no step was open
     assert m3["dpobs/steps"] == 0 and m3["dpobs/op/get/calls"] == 1
     assert not any(k.startswith("dpobs/guard/") for k in m3)  # the guard is off
     s = scrape(tel)

@@ -254,13 +254,15 @@ class InstrumentedMooncakeStore:
         (also MooncakeInstrumentor's, for the methods it patches on the class)."""
         acct = self._acct
         t1 = perf_counter()
+        step = self._tel.critical.begin(t1)
         try:
             with own_calls():  # measured here: MooncakeInstrumentor must not count it again
                 result = fn(*args, **kwargs)
         except BaseException as exc:
-            acct.record_failure(op, exc, perf_counter() - t1)
+            acct.failed_call(op, exc, t1, step)
             raise
         t2 = perf_counter()
+        self._tel.critical.end(step, t2)
         try:
             keys, read, write, missing, ok, code = reader(args, result)
             occupy = ((RAW_PARTITION, ok, {RAW_FIELD: write})

@@ -208,8 +208,9 @@ class ClientPatches:
         with self._lock:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(16, thread_name_prefix="dpobs-tq-client")
-        return await loop.run_in_executor(
-            self._pool, functools.partial(_dispatch, name, core, plane, run, a))
+        # Exposure belongs to this coroutine's task, not to the worker thread.
+        return await core.awaiting(loop.run_in_executor(
+            self._pool, functools.partial(_dispatch, name, core, plane, run, a)))
 
     def _sync_runner(self, client):
         methods = {**self._sync, **self._extra}

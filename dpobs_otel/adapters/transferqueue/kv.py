@@ -328,7 +328,10 @@ class InstrumentedTransferQueue:
                     self._pool = ThreadPoolExecutor(ASYNC_WORKERS,
                                                     thread_name_prefix="dpobs-tq-async")
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, functools.partial(fn, *args))
+        pending = loop.run_in_executor(self._pool, functools.partial(fn, *args))
+        awaiting = getattr(self.client, "awaiting", None)  # None when dpobs is off
+        # Exposure belongs to this coroutine's task, not to the worker thread.
+        return await (pending if awaiting is None else awaiting(pending))
 
 
 def _missing_field(select_fields, sample_ids, partition_id) -> str:
