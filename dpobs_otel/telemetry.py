@@ -336,7 +336,8 @@ def start(role: str | None = None, rank: int | None = None, *, job: str | None =
           verify_tensor_hash: bool | None = None, advertise_host: str | None = None,
           tls_certfile: str | None = None, tls_keyfile: str | None = None,
           tls_client_cafile: str | None = None, reconcile_rows: int | None = None,
-          trace: bool | None = None, exporters=None) -> "Telemetry | DisabledTelemetry":
+          trace: bool | None = None, trace_ring: int | None = None,
+          trace_every: int | None = None, node: str | None = None, exporters=None) -> "Telemetry | DisabledTelemetry":
     """Start dpobs in this process and return its Telemetry.
 
     Every argument left None comes from its DPOBS_<NAME> environment variable, then the
@@ -344,8 +345,9 @@ def start(role: str | None = None, rank: int | None = None, *, job: str | None =
     Explicit arguments are validated like environment values. advertise_host: the host
     written into file_sd when host is a wildcard. tls_*: serve /metrics over TLS, mutual
     when tls_client_cafile is set. reconcile_rows: rows put between occupancy
-    reconciliations. trace: spans of ops, steps and waits, served at /trace (DPOBS_TRACE;
-    tracing/ and docs/timeline.md: DPOBS_TRACE_RING, DPOBS_TRACE_EVERY, DPOBS_NODE, OTLP).
+    reconciliations. trace: spans of ops, steps and waits, served at /trace; trace_ring: the
+    spans each process keeps; trace_every: trace one step in this many; node: the node on
+    the spans (default the host name); docs/timeline.md says more (OTLP included).
     exporters: replace the default Prometheus exporter (see
     dpobs_otel.exporters). OTEL_SDK_DISABLED=true or DPOBS_DISABLED=1 turns dpobs off: the
     result instruments nothing and serves nothing."""
@@ -355,7 +357,8 @@ def start(role: str | None = None, rank: int | None = None, *, job: str | None =
         role=role, rank=rank, job=job, host=host, port=port, sd_dir=sd_dir,
         verify_tensor_hash=verify_tensor_hash, advertise_host=advertise_host,
         tls_certfile=tls_certfile, tls_keyfile=tls_keyfile,
-        tls_client_cafile=tls_client_cafile, reconcile_rows=reconcile_rows, trace=trace)
+        tls_client_cafile=tls_client_cafile, reconcile_rows=reconcile_rows, trace=trace,
+        trace_ring=trace_ring, trace_every=trace_every, node=node)
     return Telemetry(settings, exporters)
 
 
@@ -369,7 +372,7 @@ class DisabledTelemetry:
     """What start() returns when dpobs is switched off: the user's code runs unchanged."""
 
     settings = None
-    guard = None
+    guard = tracer = None
     endpoint = url = registry = None
 
     def instrument(self, inner):
