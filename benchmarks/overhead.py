@@ -13,11 +13,12 @@ interleaved round by round (both shapes in each round) so machine drift hits eve
 Prints per-op microseconds (medians) and the ratios (c-a)/(b-a) (required <= 0.5),
 (c-a)/(b0-a) (goal <= 0.5) and (c-a)/d (goal <= 1%), per shape.
 
-    .venv/bin/python benchmarks/overhead.py [--rounds 300]
+    .venv/bin/python benchmarks/overhead.py [--rounds 300] [--json OUT]
 """
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
 
@@ -162,7 +163,7 @@ def run(args) -> dict:
     return times
 
 
-def report(name: str, batch, times: dict, rounds: int) -> None:
+def report(name: str, batch, times: dict, rounds: int) -> dict:
     med = {k: statistics.median(v) * 1e6 / 3 for k, v in times.items()}  # per op
     cost = med["c"] - med["a"]
     print(f"{name}: {ROWS} rows, {payload_nbytes(batch) / 1e6:.1f} MB, fields "
@@ -174,16 +175,22 @@ def report(name: str, batch, times: dict, rounds: int) -> None:
     print(f"  ratio (c-a)/(b-a)  = {cost / (med['b'] - med['a']):.2f}  (required <= 0.5)")
     print(f"  ratio (c-a)/(b0-a) = {cost / (med['b0'] - med['a']):.2f}  (goal <= 0.5)")
     print(f"  ratio (c-a)/d      = {100 * cost / med['d']:.3f}%  (goal <= 1%)")
+    return {"cost_us": cost, "p1": cost / (med["b"] - med["a"]),
+            "p1_no_sizing": cost / (med["b0"] - med["a"])}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=300)
     ap.add_argument("--bare-every", type=int, default=10, help="bare-store cycles are slow")
+    ap.add_argument("--json", help="also write the ratios per shape here (benchmarks/ab.py)")
     args = ap.parse_args()
     times = run(args)
-    for name, make in SHAPES.items():
-        report(name, make(), times[name], args.rounds)
+    ratios = {name: report(name, make(), times[name], args.rounds)
+              for name, make in SHAPES.items()}
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(ratios, f)
 
 
 if __name__ == "__main__":
