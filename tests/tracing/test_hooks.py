@@ -103,3 +103,18 @@ def test_tracing_is_off_by_default_and_everywhere(monkeypatch):
         assert tel.tracer.resource["node"] == "n7"
     finally:
         tel.shutdown()
+
+
+def test_mooncake_raw_store_ops_are_spans(traced):
+    from dpobs_otel.adapters.mooncake import instrument_store
+    from dpobs_otel.adapters.mooncake.store import RAW_PARTITION
+
+    class Store:  # the one method used, answering as Mooncake's does (0: stored)
+        def put(self, key, value):
+            return 0
+
+    with traced.step():
+        assert instrument_store(traced, Store()).put("k", b"hello") == 0
+    span = _spans(traced)[0]
+    assert span["name"] == "dpobs.put" and span["attributes"]["keys"] == 1
+    assert span["attributes"]["bytes"] == 5 and span["attributes"]["partition"] == RAW_PARTITION
