@@ -20,41 +20,25 @@ from time import perf_counter
 
 import dpobs_otel as dpobs
 from dpobs_otel.tracing import Tracer
-from overhead import ROWS, SHAPES, Naive, NoOp, cycle  # benchmarks/overhead.py
-from progress import Progress
+import overhead  # benchmarks/overhead.py
+from overhead import SHAPES, Naive, NoOp
 
 ARMS = ("a", "b", "off", "on")
 
 
 def run(args) -> dict:
-    ids = [f"s{i}" for i in range(ROWS)]
-    off = dpobs.start(role="bench-off", trace=False)
+    """overhead.py's interleaved rounds over this benchmark's arms."""
     on = dpobs.start(role="bench-on", trace=True)
-    shapes = {}
-    for name, make in SHAPES.items():
-        batch = make()
-        shapes[name] = (batch, list(batch.keys()), {
-            "a": NoOp(batch), "b": Naive(NoOp(batch)),
-            "off": off.instrument(NoOp(batch)), "on": on.instrument(NoOp(batch))})
-    times = {name: {k: [] for k in ARMS} for name in shapes}
-    for _ in range(20):
-        for batch, select, clients in shapes.values():
-            for c in clients.values():
-                cycle(c, ids, batch, select)
-    progress = Progress(args.rounds)
-    for r in range(args.rounds):
-        for name, (batch, select, clients) in shapes.items():
-            for k, c in clients.items():
-                times[name][k].append(cycle(c, ids, batch, select))
-        progress(r + 1)
-    progress.finish()
-    off.shutdown()
-    on.shutdown()
-    return times
+    try:
+        return overhead.run(args, lambda off, batch: {
+            "a": NoOp(batch), "b": Naive(NoOp(batch)), "off": off.instrument(NoOp(batch)),
+            "on": on.instrument(NoOp(batch))})
+    finally:
+        on.shutdown()
 
 
 def report(name: str, times: dict) -> None:
-    med = {k: statistics.median(v) * 1e6 / 3 for k, v in times.items()}  # per op
+    med = {k: statistics.median(v) * 1e6 / 3 for k, v in times.items() if k in ARMS}
     p1 = {k: (med[k] - med["a"]) / (med["b"] - med["a"]) for k in ("off", "on")}
     print(f"{name}: " + ", ".join(f"({k}) {med[k]:.1f}" for k in ARMS) + " us/op")
     print(f"  P1 (c-a)/(b-a): tracing off {p1['off']:.3f}, on {p1['on']:.3f}")
@@ -85,6 +69,7 @@ def ring_bytes(size: int = 16384) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=300)
+    ap.add_argument("--bare-every", type=int, default=10, help="bare-store cycles are slow")
     args = ap.parse_args()
     times = run(args)
     for name in SHAPES:
