@@ -34,7 +34,7 @@ def ssl_context():
 
 
 def write(addresses: list[str], out: str, png: str | None = None, steps: int | None = None,
-          timeout: float = 5.0, ssl=None, png_steps: int | None = None, err=sys.stderr):
+          timeout: float = 5.0, ssl=None, png_steps: int | None = None, err=None):
     """Collect, write the JSON (and the PNG of the last png_steps steps, default `steps`);
     returns (processes, {address: reason})."""
     if png:
@@ -42,7 +42,7 @@ def write(addresses: list[str], out: str, png: str | None = None, steps: int | N
         require_matplotlib()  # before the collection: say which extra is missing up front
     got, missing = collect.collect(addresses, steps, timeout, ssl)
     for address, why in sorted(missing.items()):
-        print(f"dpobs timeline: {address}: no trace ({why})", file=err)
+        print(f"dpobs timeline: {address}: no trace ({why})", file=err or sys.stderr)
     procs = events.processes(got)
     with open(out, "w") as f:
         json.dump(events.chrome_trace(procs, missing), f)
@@ -54,12 +54,13 @@ def write(addresses: list[str], out: str, png: str | None = None, steps: int | N
     return procs, missing
 
 
-def demo_outputs(addresses: list[str], folder, steps: int | None, out=sys.stdout,
+def demo_outputs(addresses: list[str], folder, steps: int | None, out=None,
                  png_steps: int = 12) -> None:
     """`dpobs demo --trace`: trace.json of the measured steps and timeline.png of the last
     few, in `folder`; without matplotlib the JSON alone, and which extra draws the picture."""
     from .picture import EXTRA, has_matplotlib
 
+    out = out or sys.stdout
     trace, png = os.path.join(folder, "trace.json"), os.path.join(folder, "timeline.png")
     drawn = has_matplotlib()
     procs, _ = write(addresses, trace, png if drawn else None, steps,
