@@ -54,21 +54,10 @@ class Telemetry:
         self._step_metrics = StepMetrics(self.stats, self.critical, self.guard)
         self.tracer = self._otlp = None
         if s.trace:  # off by default: nothing of tracing/ is imported without it
-            self._start_tracing()
+            from .tracing import attach
+            self.tracer, self._otlp = attach(self)
         self._cluster_views: dict = {}  # source -> cluster.ClusterView
         self._closed = False
-
-    def _start_tracing(self) -> None:
-        from .tracing import start as start_tracing
-        from .tracing.route import trace_handler
-
-        self.tracer, self._otlp = start_tracing(self.settings)
-        if self.endpoint:
-            port = self.endpoint.rsplit(":", 1)[1]
-            self.tracer.resource["instance"] = f"{self.settings.target_host}:{port}"
-        for e in self.exporters:  # /trace beside /metrics: same bind, same TLS
-            if hasattr(e, "add_route"):
-                e.add_route("/trace", trace_handler(self.tracer, self.internal_error))
 
     # -- instruments ------------------------------------------------------------------
     def _create_instruments(self, meter) -> None:
@@ -220,17 +209,8 @@ class Telemetry:
         if exposure is None:
             return contextlib.nullcontext()
         if self.tracer is not None and isinstance(exposure, Exposure):
-            return self._traced_wait(exposure, kind)  # a span for the waits that count
+            return self.tracer.waiting(exposure, kind)  # a span for the waits that count
         return exposure
-
-    @contextlib.contextmanager
-    def _traced_wait(self, exposure, kind: str):
-        t0 = perf_counter()
-        try:
-            with exposure:
-                yield
-        finally:
-            self._begin("trace", self.tracer.wait, t0, perf_counter(), kind)
 
     def codec(self, stage: str):
         """`with tel.codec("pack"):` codec work done outside the client."""
@@ -316,10 +296,7 @@ class Telemetry:
             return
         self._closed = True
         if self._otlp is not None:
-            try:
-                self._otlp.shutdown()  # the spans still queued go out first
-            except Exception as exc:
-                self.internal_error("trace", exc)
+            self._begin("trace", self._otlp.shutdown)  # the spans still queued go out first
         for e in self.exporters:
             e.shutdown()
         self._provider.shutdown()  # also unregisters the readers' collectors
@@ -337,7 +314,8 @@ def start(role: str | None = None, rank: int | None = None, *, job: str | None =
           tls_certfile: str | None = None, tls_keyfile: str | None = None,
           tls_client_cafile: str | None = None, reconcile_rows: int | None = None,
           trace: bool | None = None, trace_ring: int | None = None,
-          trace_every: int | None = None, node: str | None = None, exporters=None) -> "Telemetry | DisabledTelemetry":
+          trace_every: int | None = None, node: str | None = None,
+          exporters=None) -> "Telemetry | DisabledTelemetry":
     """Start dpobs in this process and return its Telemetry.
 
     Every argument left None comes from its DPOBS_<NAME> environment variable, then the
@@ -348,8 +326,7 @@ def start(role: str | None = None, rank: int | None = None, *, job: str | None =
     reconciliations. trace: spans of ops, steps and waits, served at /trace; trace_ring: the
     spans each process keeps; trace_every: trace one step in this many; node: the node on
     the spans (default the host name); docs/timeline.md says more (OTLP included).
-    exporters: replace the default Prometheus exporter (see
-    dpobs_otel.exporters). OTEL_SDK_DISABLED=true or DPOBS_DISABLED=1 turns dpobs off: the
+    exporters: replace the default Prometheus exporter (see dpobs_otel.exporters). OTEL_SDK_DISABLED=true or DPOBS_DISABLED=1 turns dpobs off: the
     result instruments nothing and serves nothing."""
     if disabled():
         return DisabledTelemetry()

@@ -29,4 +29,19 @@ def start(settings, env=os.environ) -> tuple[Tracer, object]:
     return tracer, forwarder
 
 
-__all__ = ["Tracer", "start", "ENV"]
+def attach(tel) -> tuple[Tracer, object]:
+    """start() for a Telemetry: its resource gets the /metrics address, and /trace is served
+    by every exporter that takes routes (same bind, same TLS as /metrics)."""
+    from .route import trace_handler
+
+    tracer, forwarder = start(tel.settings)
+    if tel.endpoint:
+        port = tel.endpoint.rsplit(":", 1)[1]
+        tracer.resource["instance"] = f"{tel.settings.target_host}:{port}"
+    for e in tel.exporters:
+        if hasattr(e, "add_route"):
+            e.add_route("/trace", trace_handler(tracer, tel.internal_error))
+    return tracer, forwarder
+
+
+__all__ = ["Tracer", "start", "attach", "ENV"]

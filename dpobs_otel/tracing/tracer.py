@@ -13,6 +13,7 @@ of its own follows the process's step open at the time (the last one opened); wi
 open anywhere it is kept when every step is traced (every == 1)."""
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections import deque
@@ -57,6 +58,16 @@ class Tracer:
         step = self._step.get()
         if step is not _NO_STEP and step != SKIPPED:
             self._keep((WAIT, kind, t0, t1, self._tid(), step))
+
+    @contextlib.contextmanager
+    def waiting(self, inner, kind: str):
+        """`inner` (an exposure's context) as a wait span from entry to exit."""
+        t0 = time.perf_counter()
+        try:
+            with inner:
+                yield
+        finally:
+            self.wait(t0, time.perf_counter(), kind)
 
     def step_begin(self):
         """Open a step on this thread or task; returns the handle step_end takes."""
