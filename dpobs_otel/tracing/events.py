@@ -62,9 +62,9 @@ def chrome_trace(procs: list[Process], missing: dict[str, str] | None = None) ->
     origin = origin_ns(procs)
     events: list[dict] = []
     for pid, proc in enumerate(procs, start=1):
-        events += _metadata(pid, proc)
-        tids = _thread_ids(proc)
-        events += sorted((_event(pid, tids[s["tid"]], s, origin) for s in proc.spans),
+        track_of, names = tracks(proc)
+        events += _metadata(pid, proc.name, names)
+        events += sorted((_event(pid, t, s, origin) for s, t in zip(proc.spans, track_of)),
                          key=lambda e: (e["tid"], e["ts"], -e["dur"]))
     return {"traceEvents": events, "displayTimeUnit": "ms",
             "otherData": {"origin_unix_ns": origin, "clock": "each process's wall clock; "
@@ -72,23 +72,45 @@ def chrome_trace(procs: list[Process], missing: dict[str, str] | None = None) ->
                           "not_answered": dict(missing or {})}}
 
 
-def _thread_ids(proc: Process) -> dict[int, int]:
-    """Thread idents -> 1, 2, ... in order of first span (the main thread first)."""
+def tracks(proc: Process) -> tuple[list[int], list[str]]:
+    """(each span's track id, the tracks' names by id - 1). A thread is one track, the main
+    thread first, then in order of first span; a span that overlaps another of its thread
+    without nesting in it (asyncio ops gathered on one thread) goes to an extra track of
+    that thread, since complete events on one track must nest."""
+    spans, names = proc.spans, []
+    track_of = [0] * len(spans)
     first: dict[int, int] = {}
-    for s in sorted(proc.spans, key=lambda s: s["start_ns"]):
+    for s in sorted(spans, key=lambda s: s["start_ns"]):
         first.setdefault(s["tid"], s["start_ns"])
-    order = sorted(first, key=lambda t: (proc.threads.get(t) != "MainThread", first[t]))
-    return {t: i for i, t in enumerate(order, start=1)}
+    for tid in sorted(first, key=lambda t: (proc.threads.get(t) != "MainThread", first[t])):
+        name = proc.threads.get(tid, f"thread {tid}")
+        lanes: list[tuple[int, list[int]]] = []  # (track id, stack of open end times)
+        mine = sorted((i for i, s in enumerate(spans) if s["tid"] == tid),
+                      key=lambda i: (spans[i]["start_ns"], -spans[i]["end_ns"]))
+        for i in mine:
+            start, end = spans[i]["start_ns"], spans[i]["end_ns"]
+            for track, stack in lanes:
+                while stack and stack[-1] <= start:
+                    stack.pop()
+                if not stack or end <= stack[-1]:
+                    break
+            else:
+                names.append(name if not lanes else f"{name} (overlapping {len(lanes)})")
+                track, stack = len(names), []
+                lanes.append((track, stack))
+            stack.append(end)
+            track_of[i] = track
+    return track_of, names
 
 
-def _metadata(pid: int, proc: Process) -> list[dict]:
+def _metadata(pid: int, process: str, tracks: list[str]) -> list[dict]:
     out = [{"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
-            "args": {"name": proc.name}},
+            "args": {"name": process}},
            {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0,
             "args": {"sort_index": pid}}]
-    for tid, i in _thread_ids(proc).items():
+    for i, name in enumerate(tracks, start=1):
         out += [{"ph": "M", "name": "thread_name", "pid": pid, "tid": i,
-                 "args": {"name": proc.threads.get(tid, f"thread {tid}")}},
+                 "args": {"name": name}},
                 {"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": i,
                  "args": {"sort_index": i}}]
     return out

@@ -158,3 +158,29 @@ def test_the_trace_handler_refuses_what_it_cannot_answer():
     assert _get(trace_handler(Tracer(1, 1)), "steps=x")[0].startswith("400")
     status = _get(trace_handler(broken, lambda c, e: errors.append(c)))[0]
     assert status.startswith("500") and errors == ["trace"]
+
+
+def test_overlapping_ops_of_one_thread_get_tracks_of_their_own():
+    from dpobs_otel.tracing.events import Process, chrome_trace
+
+    def sp(kind, start, end, tid=1, **attrs):
+        return {"kind": kind, "name": "x", "start_ns": start, "end_ns": end, "tid": tid,
+                "attributes": {"op": "get", "step": 1, **attrs}}
+
+    # a step; inside it two gathered gets overlap without nesting, then one nested get;
+    # another thread's op
+    spans = [sp("step", 0, 100), sp("op", 10, 50), sp("op", 20, 60), sp("op", 70, 80),
+             sp("op", 30, 40, tid=2)]
+    doc = chrome_trace([Process("p", {}, {1: "MainThread", 2: "pool"}, spans)])
+    names = {e["tid"]: e["args"]["name"] for e in doc["traceEvents"]
+             if e["name"] == "thread_name"}
+    assert names == {1: "MainThread", 2: "MainThread (overlapping 1)", 3: "pool"}
+    xs = [(e["tid"], e["ts"], e["dur"]) for e in doc["traceEvents"] if e["ph"] == "X"]
+    assert xs == [(1, 0.0, 0.1), (1, 0.01, 0.04), (1, 0.07, 0.01), (2, 0.02, 0.04),
+                  (3, 0.03, 0.01)]
+    for tid in (1, 2, 3):  # on every track, each event nests in or follows the ones before
+        open_ends = []
+        for t, ts, dur in (x for x in xs if x[0] == tid):
+            open_ends = [e for e in open_ends if e > ts]
+            assert all(ts + dur <= e for e in open_ends)
+            open_ends.append(ts + dur)
