@@ -134,3 +134,31 @@ def _check_content(mine, threads, pid, calls):
         step = steps[e["args"]["step"] - 1]
         assert step["ts"] <= e["ts"] and e["ts"] + e["dur"] <= step["ts"] + step["dur"] + 1.0
     assert {e["name"] for e in mine if e["cat"] == "op"} == {"register", "list"}
+
+
+def test_over_tls_the_rings_are_fetched_with_https(tmp_path, monkeypatch):
+    import dpobs_otel as dpobs
+
+    crt, key = str(tmp_path / "s.crt"), str(tmp_path / "s.key")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", key, "-out", crt], check=True, capture_output=True)
+    sd = tmp_path / "sd"
+    for var in ("DPOBS_TRACE", "DPOBS_TRACE_EVERY", "OTEL_TRACES_EXPORTER",
+                "OTEL_EXPORTER_OTLP_ENDPOINT"):
+        monkeypatch.delenv(var, raising=False)
+    tel = dpobs.start(role="tls", rank=0, port=0, sd_dir=str(sd), trace=True,
+                      tls_certfile=crt, tls_keyfile=key)
+    try:
+        with tel.step():
+            tel.instrument(dpobs.InMemoryDataPlane()).register_partition("p")
+        # the job's own TLS settings: its certificate, and the CA its processes' certs are from
+        monkeypatch.setenv("DPOBS_TLS_CERTFILE", crt)
+        monkeypatch.setenv("DPOBS_TLS_KEYFILE", key)
+        monkeypatch.setenv("DPOBS_TLS_CLIENT_CAFILE", crt)
+        out = tmp_path / "t.json"
+        assert dpobs_main(["timeline", "--sd-dir", str(sd), "--out", str(out)]) == 0
+    finally:
+        tel.shutdown()
+    names = [e["name"] for e in json.loads(out.read_text())["traceEvents"] if e["ph"] == "X"]
+    assert names == ["step 1", "register"]
