@@ -68,10 +68,10 @@ class InstrumentedClient(AwaitedOps, Reconciling):
             self.failed_call("put", exc, t1, step)
             raise
         if type(result) not in NOT_AWAITABLE and is_awaitable(result):
-            self._cp.retract(step)
+            self._cp.retract(step, t1)
             return self._put_async(result, t0, t1, sample_ids, partition_id, fields, tags)
         t2 = perf_counter()
-        self._cp.end(step, t2)
+        self._cp.end(step, t1, t2)
         self._put_done(t0, t1, t2, sample_ids, partition_id, fields, tags)
         return result
 
@@ -125,10 +125,10 @@ class InstrumentedClient(AwaitedOps, Reconciling):
             self.failed_call("clear", exc, t1, step)
             raise
         if type(result) not in NOT_AWAITABLE and is_awaitable(result):
-            self._cp.retract(step)
+            self._cp.retract(step, t1)
             return self._clear_async(result, t1, sample_ids, partition_id)
         t2 = perf_counter()
-        self._cp.end(step, t2)
+        self._cp.end(step, t1, t2)
         self._clear_done(t1, t2, sample_ids, partition_id)
         return result
 
@@ -178,13 +178,13 @@ class InstrumentedClient(AwaitedOps, Reconciling):
             self.failed_call(op, exc, t1, step)
             raise
         if type(result) not in NOT_AWAITABLE and is_awaitable(result):
-            self._cp.retract(step)
+            self._cp.retract(step, t1)
             retry = (partial(fn, sample_ids, partition_id, select_fields, **kwargs) if added
                      else None)
             return self._read_async(op, fn, result, retry, t0, t1, sample_ids, partition_id,
                                     select_fields, kwargs, added)
         t2 = perf_counter()
-        self._cp.end(step, t2)
+        self._cp.end(step, t1, t2)
         return self._read_done(op, fn, result, t0, t1, t2, sample_ids, partition_id,
                                select_fields, kwargs, added, mixed)
 
@@ -273,10 +273,10 @@ class InstrumentedClient(AwaitedOps, Reconciling):
             self.failed_call(op, exc, t1, step)
             raise
         if type(result) not in NOT_AWAITABLE and is_awaitable(result):
-            self._cp.retract(step)
+            self._cp.retract(step, t1)
             return self._call_async(op, result, t1, read_result, pid)
         t2 = perf_counter()
-        self._cp.end(step, t2)
+        self._cp.end(step, t1, t2)
         return self._call_done(op, result, t1, t2, read_result, pid)
 
     def _call_done(self, op, result, t1, t2, read_result, pid=None):
@@ -336,7 +336,7 @@ class InstrumentedClient(AwaitedOps, Reconciling):
         """A synchronous call raised: its interval ends now; counted by exception class."""
         t2 = perf_counter()
         try:
-            self._cp.end(step, t2)
+            self._cp.end(step, t1, t2)
         except Exception as internal:
             self._tel.internal_error("client", internal)
         self.record_failure(op, exc, t2 - t1)

@@ -186,13 +186,15 @@ def test_a_prefetch_task_the_step_does_not_await_is_not_exposed(tel, store):
 
 def test_a_prefetch_task_awaited_before_it_finishes_is_exposed_from_then(tel, store):
     clock = Clock()
-    client = tel.instrument(AsyncStore(store, clock, 2 * LAT))
+    # Exposure begins when the step starts awaiting, seen by a 1 ms poll: long reads keep
+    # the poll's delay on a loaded machine small against the step.
+    client = tel.instrument(AsyncStore(store, clock, 5 * LAT))
 
     async def main():
         for _ in range(3):
             with clock.span("step"), tel.step():
                 task = asyncio.create_task(client.get_samples(IDS, "p"))
-                await asyncio.sleep(LAT / 2)  # compute shorter than the read
+                await asyncio.sleep(LAT)  # compute shorter than the read
                 with clock.span("blocked"):
                     await task
 
@@ -348,3 +350,35 @@ def test_the_disabled_telemetry_passes_both_through(monkeypatch):
     assert tel.exposed(items) is items
     with tel.waiting():
         pass
+
+
+def test_the_fold_is_exact_on_a_known_timeline_and_keeps_little():
+    """Synthetic times: a step open over [1, 10]; ops [0, 2] (begun before the step),
+    [3, 5] and [4, 6] (overlapping), [8, 12] (outlives the step), [11, 13] (after it)."""
+    from dpobs_otel.critical import CriticalPath
+
+    cp = CriticalPath()
+    opened = cp.step_begin(1.0)
+    for t1, t2 in ((0.0, 2.0), (3.0, 5.0), (4.0, 6.0)):
+        cp.begin(t1)
+        cp.end(None, t1, t2)
+    cp.begin(8.0)  # in flight at the next two readings
+    assert cp.totals(9.0)[0] == pytest.approx(1 + 3 + 1)  # [1,2] [3,6] [8,9]
+    assert cp.totals(9.5)[0] == pytest.approx(5.5)  # monotonic while it flies
+    cp.step_end(opened, 10.0)
+    cp.end(None, 8.0, 12.0)
+    cp.begin(11.0)
+    cp.end(None, 11.0, 13.0)
+    assert cp.totals(14.0)[0] == pytest.approx(1 + 3 + 2)  # clipped to the step
+    assert cp._ops == [] and cp._spans == [] and cp._flying == {}  # nothing left to keep
+
+
+def test_finished_ops_are_folded_without_a_step_or_a_reader():
+    from dpobs_otel import critical
+
+    cp = critical.CriticalPath()
+    for i in range(3 * critical.FOLD_AT):
+        cp.begin(float(i))
+        cp.end(None, float(i), i + 0.5)
+    assert len(cp._ends) <= critical.FOLD_AT and len(cp._ops) <= critical.FOLD_AT
+    assert cp.totals(1e6) == (0.0, 0.0)  # no step was open

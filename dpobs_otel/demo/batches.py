@@ -34,6 +34,9 @@ class Config:
     seed: int = 0
     alternate: bool = False  # the overhead benchmark: every other step without dpobs
     backend: str = "memory"  # demo/backends.py
+    prefetch: bool = False  # the rollout one step ahead, trainers read the next shard on a thread
+    rollout_ms: float = 0.0  # compute per step: the rollout's before its put,
+    train_ms: float = 0.0  # each trainer's after its reads
     job: str | None = None  # the Prometheus job (None: DPOBS_JOB, else "dpobs")
     trace: bool = False  # spans in every process (dpobs.start(trace=True))
 

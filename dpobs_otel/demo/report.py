@@ -21,6 +21,7 @@ from .progress import Progress
 from ..testing.stack import Stack, binaries
 from .backends import BACKENDS, available
 from .batches import Config
+from .critical import critical_lines
 from .truth import Durations
 from .workload import Workload
 
@@ -44,6 +45,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="turn on the wire guard (dpobs.start(verify_tensor_hash=True))")
     p.add_argument("--corrupt-at-step", type=int, default=None, metavar="N",
                    help="an uninstrumented writer rewrites one row at measured step N")
+    p.add_argument("--prefetch", action="store_true",
+                   help="the rollout runs one step ahead and each trainer reads its next shard "
+                        "on a thread while it trains (exposed time falls below busy time)")
+    p.add_argument("--rollout-ms", type=float, default=0.0, metavar="MS",
+                   help="compute per step of the rollout, before its put (default 0)")
+    p.add_argument("--train-ms", type=float, default=0.0, metavar="MS",
+                   help="compute per step of each trainer, after its reads (default 0)")
     p.add_argument("--duration", type=float, default=None, metavar="SECONDS",
                    help="run this long instead of --steps; 0 = until stopped")
     p.add_argument("--stack", choices=("auto", "off"), default="auto",
@@ -69,6 +77,8 @@ def config(args) -> Config:
         raise SystemExit("dpobs demo: need --trainers >= 1 and --batch-size >= --trainers")
     if not 1 <= args.min_len <= args.max_len:
         raise SystemExit("dpobs demo: need 1 <= --min-len <= --max-len")
+    if args.rollout_ms < 0 or args.train_ms < 0:
+        raise SystemExit("dpobs demo: --rollout-ms and --train-ms cannot be negative")
     missing = available(args.backend)
     if missing:
         raise SystemExit(f"dpobs demo: --backend {args.backend} needs: {missing}")
@@ -77,7 +87,8 @@ def config(args) -> Config:
                   latency_s=args.store_latency_ms / 1e3, verify=args.verify_tensor_hash,
                   corrupt_at=args.corrupt_at_step, duration=args.duration,
                   sd_dir=args.sd_dir, host=args.host, advertise_host=args.advertise_host,
-                  seed=args.seed, backend=args.backend, job=args.job, trace=args.trace)
+                  seed=args.seed, backend=args.backend, job=args.job, trace=args.trace,
+                  prefetch=args.prefetch, rollout_ms=args.rollout_ms, train_ms=args.train_ms)
 
 
 # -- a run, kept up while its results are read --------------------------------------------
@@ -148,10 +159,10 @@ def parse_metrics(text: str) -> list[tuple[str, dict, float]]:
 
 # -- truth arithmetic (the test uses these too) ------------------------------------------
 def merge(truths) -> dict:
-    out = {"steps": 0, "step_s": 0.0, "bytes": {}, "ops": {}}
+    out = {"steps": 0, "step_s": 0.0, "busy_s": 0.0, "exposed_s": 0.0, "bytes": {}, "ops": {}}
     for t in truths:
-        out["steps"] += t["steps"]
-        out["step_s"] += t["step_s"]
+        for k in ("steps", "step_s", "busy_s", "exposed_s"):
+            out[k] += t[k]
         for k, v in t["bytes"].items():
             out["bytes"][k] = out["bytes"].get(k, 0) + v
         for op, d in t["ops"].items():
@@ -262,6 +273,7 @@ def report(res: Result, stack: Stack | None, cfg: Config) -> str:
                      f"{dp_m / step_m if step_m else 0:>9.1%}  |"
                      f"{frac_of_step(res.truth[k]):>8.1%}"
                      f"{'-' if p is None else format(p, '.1%'):>12}")
+    lines += critical_lines({k: res.total(k) for k in keys}, res.scraped, dp_seconds)
     lines.append(_guard_line(samples, cfg))
     if res.cluster is not None:
         lines.append("\nCluster view (tel.cluster_step_metrics(sd_dir), the measured steps)\n"

@@ -3,9 +3,14 @@ processes, moving real bytes through one shared InMemoryDataPlane (store.serve_s
 
 Each step: the rollout puts a batch (jagged tokens, logprobs and loss mask, dense advantages,
 per-row metadata) and a verifier without dpobs adds scores; every trainer reads its shard
-twice (a logprob pass, a train pass); the driver lists and clears the step's rows. The processes run in lockstep on one barrier and
-measure their own ground truth (time inside the data-plane calls they make, time inside
-steps, payload bytes), which the parent compares with what the metrics say.
+twice (a logprob pass, a train pass); the driver lists and clears the step's rows. The
+processes run in lockstep on one barrier and measure their own ground truth (time inside the
+data-plane calls they make, time inside steps, payload bytes, time blocked on data), which the
+parent compares with what the metrics say.
+
+With `prefetch` the rollout puts one step ahead and each trainer reads its next shard on a
+thread while it trains, waiting for it inside tel.waiting(): exposed time falls below busy
+time. `rollout_ms` / `train_ms` add compute (a sleep) to each rollout and trainer step.
 
 Step 0 is a warm-up: it creates every series, then the parent may wait for Prometheus to
 scrape that quiescent state before the measured steps start. Rates then begin at a known
@@ -21,6 +26,7 @@ import signal
 import threading
 import time
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from time import perf_counter
 
@@ -109,6 +115,10 @@ class _Off:
     def codec(stage):
         return contextlib.nullcontext()
 
+    @staticmethod
+    def waiting():
+        return contextlib.nullcontext()
+
 
 class _Worker:
     def __init__(self, role, rank, cfg, tel, client, raw, truth, sync, out):
@@ -120,6 +130,9 @@ class _Worker:
         self.gen = torch.Generator().manual_seed(cfg.seed)
         n, t = cfg.batch_size, cfg.trainers
         self.shard = slice(rank * n // t, (rank + 1) * n // t)
+        self.prefetch = ThreadPoolExecutor(1, thread_name_prefix="prefetch") if (
+            cfg.prefetch and role == "trainer") else None
+        self.next = None  # the prefetched shard's future
 
     def loop(self) -> None:
         sync, step, t_prev, on = self.sync, 0, 0.0, True
@@ -134,16 +147,18 @@ class _Worker:
                 self.out.put(("step", step - 1, now - t_prev, on))
             t_prev = now
             if not sync.go.value:
+                if self.prefetch is not None:  # the last step's read-ahead, never used
+                    self.prefetch.shutdown(wait=True)
                 return
             on = step == 0 or not self.cfg.alternate or metrics_on(step, self.cfg.seed)
             self.dp, self.client = self.on if on else self.off
             t0 = perf_counter()
             with self.dp.step():
                 getattr(self, self.role)(step)
-            dt = perf_counter() - t0
-            self.truth.steps += 1
-            self.truth.step_s += dt
+            self.truth.step(t0, perf_counter())
             if step == 0:
+                if self.next is not None:  # the warm-up's truth holds its read-ahead whole
+                    self.next.result()
                 self.out.put(("warm", self.role, self.rank, self.truth.take()))
             step += 1
 
@@ -156,6 +171,14 @@ class _Worker:
                                                 or step <= self.cfg.steps)
 
     def rollout(self, step: int) -> None:
+        _compute(self.cfg.rollout_ms)
+        ahead = [0, 1] if self.cfg.prefetch and step == 0 else [step + self.cfg.prefetch]
+        for s in ahead:
+            self._put(s)
+        self.sync.barrier.wait()  # the batch is in
+        self.sync.barrier.wait()  # the trainers have read it
+
+    def _put(self, step: int) -> None:
         rows = make_rows(step, self.cfg, self.gen)
         with self.dp.codec("pack"):
             batch = pack(rows)
@@ -170,29 +193,50 @@ class _Worker:
             # An uninstrumented writer rewrites one row between the put and the reads.
             bad = TensorDict({"advantages": batch["advantages"][:1] + 1.0}, batch_size=[1])
             self.raw.put_samples(ids[:1], PARTITION, bad)
-        self.sync.barrier.wait()  # the batch is in
-        self.sync.barrier.wait()  # the trainers have read it
 
     def trainer(self, step: int) -> None:
-        ids = sample_ids(step, self.cfg.batch_size)[self.shard]
         self.sync.barrier.wait()
-        for fields in (FIELDS_LOGPROB_PASS, FIELDS_TRAIN_PASS):
-            td = self.client.get_samples(ids, PARTITION, fields)
-            self.truth.moved("get", "read", truth_nbytes(td))
+        if self.prefetch is None:
+            shards = self._read(step)
+        else:  # step s's shard was read during step s-1 (step 0's: now, on the thread)
+            pending = self.next or self.prefetch.submit(self._read, step)
+            with self.truth.waiting(), self.dp.waiting():
+                shards = pending.result()
+            self.next = self.prefetch.submit(self._read, step + 1)  # the rollout put it
+        for td in shards:
             with self.dp.codec("unpack"):
                 seqs = unpack(td)
             if "advantages" in seqs:  # a token-level policy-gradient surrogate, for realism
                 sum(float(a) * float((lp * m).sum()) for a, lp, m in
                     zip(seqs["advantages"], seqs["logprobs"], seqs["mask"]))
+        _compute(self.cfg.train_ms)
         self.sync.barrier.wait()
+
+    def _read(self, step: int) -> list:
+        """This trainer's shard of a step, in its two passes."""
+        ids = sample_ids(step, self.cfg.batch_size)[self.shard]
+        out = []
+        for fields in (FIELDS_LOGPROB_PASS, FIELDS_TRAIN_PASS):
+            td = self.client.get_samples(ids, PARTITION, fields)
+            self.truth.moved("get", "read", truth_nbytes(td))
+            out.append(td)
+        return out
 
     def driver(self, step: int) -> None:
         if step == 0:
             self.client.register_partition(PARTITION)
         self.sync.barrier.wait()
         self.sync.barrier.wait()
-        ids = self.client.list_sample_ids(PARTITION)
+        # Only the finished step's rows: with prefetch the next step's are already in.
+        finished = set(sample_ids(step, self.cfg.batch_size))
+        ids = [i for i in self.client.list_sample_ids(PARTITION) if i in finished]
         self.client.clear_samples(ids, PARTITION)
+
+
+def _compute(ms: float) -> None:
+    """A role's compute for a step (--rollout-ms, --train-ms): the data plane is idle."""
+    if ms > 0:
+        time.sleep(ms / 1e3)
 
 
 # -- the parent's side -------------------------------------------------------------------

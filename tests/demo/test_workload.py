@@ -22,6 +22,7 @@ from dpobs_otel.demo import report as demo
 from dpobs_otel.demo.progress import Progress
 from dpobs_otel.sizing import payload_nbytes
 from dpobs_otel.testing.stack import _ts, prometheus_config
+from dpobs_otel.demo.critical import counters
 from dpobs_otel.demo.batches import (PARTITION, ROLE_OPS, Config, make_rows, pack, truth_nbytes,
                                      unpack)
 from dpobs_otel.demo.truth import Durations, Timed, Truth
@@ -134,6 +135,29 @@ def test_lockstep_steps_truth_and_metrics_agree():
     assert rstats.ops["put"].calls == 5 and rollout["bytes"][("put", "write")] > 0
 
 
+@pytest.mark.parametrize("prefetch", [False, True], ids=["lockstep", "prefetch"])
+def test_busy_and_exposed_agree_with_the_workloads_clock(prefetch):
+    """Each process's counters against the time its own clock saw: calls in flight during its
+    steps (busy) and its step thread blocked on data (exposed), within 0.02 of step time."""
+    cfg = Config(**{**CFG.__dict__, "steps": 6, "latency_s": 0.01, "prefetch": prefetch,
+                    "train_ms": 40.0, "rollout_ms": 5.0})
+    store, results, msgs = run_in_threads(cfg)
+    warm = {(m[1], m[2]): m[3] for m in msgs if m[0] == "warm"}
+    if prefetch:  # the last step's read-ahead stays; every finished step was cleared
+        assert sorted(store.list_sample_ids(PARTITION)) == sorted(
+            f"s7-{i}" for i in range(cfg.batch_size))
+    for (role, rank), (measured, stats, samples) in results.items():
+        m, truth = counters(samples), demo.merge([warm[(role, rank)], measured])
+        for key in ("busy_s", "exposed_s"):  # the counters hold the warm-up step too
+            assert truth[key] / truth["step_s"] == pytest.approx(
+                m[key] / m["step_s"], abs=0.02), (role, key)
+        if role == "trainer" and prefetch:  # the read-ahead overlaps training
+            assert m["exposed_s"] < 0.5 * m["busy_s"]
+        else:  # synchronous calls on the step thread: all three agree
+            assert m["exposed_s"] == pytest.approx(m["busy_s"], rel=1e-6)
+            assert m["busy_s"] == pytest.approx(m["dp"], rel=1e-6)
+
+
 def test_corrupting_one_row_is_caught_by_the_guard():
     cfg = Config(**{**CFG.__dict__, "steps": 3, "verify": True, "corrupt_at": 2})
     _, results, _ = run_in_threads(cfg)
@@ -170,11 +194,14 @@ def test_truth_arithmetic():
             d.add(x)
         return d
 
-    a = {"steps": 2, "step_s": 4.0, "bytes": {("get", "read"): 10},
+    a = {"steps": 2, "step_s": 4.0, "busy_s": 1.5, "exposed_s": 1.0,
+         "bytes": {("get", "read"): 10},
          "ops": {"get": durations(0.5, 0.5), "put": durations(1.0)}}
-    b = {"steps": 1, "step_s": 2.0, "bytes": {("get", "read"): 5}, "ops": {"get": durations(1.0)}}
+    b = {"steps": 1, "step_s": 2.0, "busy_s": 1.0, "exposed_s": 0.25,
+         "bytes": {("get", "read"): 5}, "ops": {"get": durations(1.0)}}
     m = demo.merge([a, b])
     assert m["steps"] == 3 and m["bytes"] == {("get", "read"): 15}
+    assert (m["busy_s"], m["exposed_s"]) == (2.5, 1.25)
     assert demo.frac_of_step(m) == pytest.approx(3.0 / 6.0)
     assert demo.op_shares(m) == pytest.approx({"get": 2 / 3, "put": 1 / 3})
     assert demo.quantile([1, 2, 3, 4], 0.5) == 2.5

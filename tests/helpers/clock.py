@@ -1,6 +1,6 @@
 """The workload's own clock for critical-path tests: intervals the test itself measured
-(steps, store calls, waits), and the busy/exposed truth computed from them independently of
-dpobs (plain interval arithmetic, no shared code)."""
+(steps, store calls, waits), and the busy/exposed truth computed from them with the demo's
+interval arithmetic (demo/truth.py), which shares nothing with dpobs's critical.py."""
 from __future__ import annotations
 
 import asyncio
@@ -8,29 +8,7 @@ import threading
 import time
 from contextlib import contextmanager
 
-
-def union(intervals) -> list[tuple[float, float]]:
-    out: list[list[float]] = []
-    for a, b in sorted(intervals):
-        if out and a <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], b)
-        else:
-            out.append([a, b])
-    return [tuple(x) for x in out]
-
-
-def length(intervals) -> float:
-    return sum(b - a for a, b in union(intervals))
-
-
-def intersect(xs, ys) -> list[tuple[float, float]]:
-    out = []
-    for a, b in union(xs):
-        for c, d in union(ys):
-            lo, hi = max(a, c), min(b, d)
-            if hi > lo:
-                out.append((lo, hi))
-    return out
+from dpobs_otel.demo.truth import intersect, length, union
 
 
 class Clock:
@@ -59,14 +37,14 @@ class Clock:
         threads: dict[int, list] = {}
         for a, b, tid in self.spans.get(kind, []):
             threads.setdefault(tid, []).append((a, b))
-        return sum(length(spans) for spans in threads.values())
+        return sum(length(union(spans)) for spans in threads.values())
 
     def step_s(self) -> float:
         return sum(b - a for a, b in self.of("step"))
 
     def busy_s(self) -> float:
         """Wall time a store call was in flight while a step was open."""
-        return length(intersect(self.of("call"), self.of("step")))
+        return length(intersect(union(self.of("call")), union(self.of("step"))))
 
     def fracs(self, blocked: str = "blocked") -> tuple[float, float]:
         """(busy, exposed) truth as fractions of step time; exposed is the spans of kind

@@ -262,7 +262,7 @@ class InstrumentedMooncakeStore:
             acct.failed_call(op, exc, t1, step)
             raise
         t2 = perf_counter()
-        self._tel.critical.end(step, t2)
+        self._tel.critical.end(step, t1, t2)
         try:
             keys, read, write, missing, ok, code = reader(args, result)
             occupy = ((RAW_PARTITION, ok, {RAW_FIELD: write})

@@ -158,6 +158,47 @@ def test_async_variants_measured_like_sync(cluster, make_tel):
     assert value(s, "dpobs_client_outstanding_keys") == 0
 
 
+@pytest.mark.parametrize("shape", ["gather", "prefetch-task"])
+def test_async_api_exposes_the_awaiting_task_not_the_worker_thread(cluster, make_tel, shape):
+    """TransferQueue's async_kv_* run their measured path on worker threads: exposure must
+    follow the step's task (a gather it awaits is exposed, a prefetch task it does not
+    await while computing is not), against the task's own clock, within 0.02 of step time."""
+    tel = make_tel(False)
+    q = dtq.instrument(tel)
+    pid = f"crit-{shape}"
+    td = batch(8, 2).exclude("text")
+    ids = [f"c{i}" for i in range(8)]
+    call(q.kv_batch_put, ids, pid, td, timeout_s=T)
+
+    async def session():
+        blocked = step_s = 0.0
+        for _ in range(3):
+            t0 = asyncio.get_running_loop().time()
+            with tel.step():
+                if shape == "gather":
+                    b0 = asyncio.get_running_loop().time()
+                    await asyncio.gather(*(q.async_kv_batch_get(ids[i::4], pid)
+                                           for i in range(4)))
+                    blocked += asyncio.get_running_loop().time() - b0
+                    await asyncio.sleep(0.05)
+                else:
+                    task = asyncio.create_task(q.async_kv_batch_get(ids, pid))
+                    await asyncio.sleep(1.0)  # compute, far longer than the read
+                    b0 = asyncio.get_running_loop().time()
+                    await task
+                    blocked += asyncio.get_running_loop().time() - b0
+            step_s += asyncio.get_running_loop().time() - t0
+        return blocked / step_s
+
+    truth = call(asyncio.run, session(), timeout_s=4 * T)
+    m = tel.step_metrics()
+    assert m["dpobs/op/get/calls"] == (12 if shape == "gather" else 3)
+    assert m["dpobs/exposed_frac"] == pytest.approx(truth, abs=0.02)
+    assert 0 < m["dpobs/busy_frac"] <= m["dpobs/frac_of_step"] + 1e-9
+    if shape == "prefetch-task":
+        assert m["dpobs/exposed_frac"] < 0.02
+
+
 # -- 2. missing rows and fields -----------------------------------------------------------
 def test_short_read_counts_missing_row_and_keeps_attribution(cluster, make_tel, caplog):
     tel = make_tel(True)
