@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from .. import names as nm
 from ..readback.cluster import ClusterView, text as cluster_text
 from .logs import BackendLog, log_dir
+from ..tracing.command import add_trace_flag, demo_outputs
 from .progress import Progress
 from ..testing.stack import Stack, binaries
 from .backends import BACKENDS, available
@@ -63,9 +64,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1", help="bind the /metrics endpoints here")
     p.add_argument("--advertise-host", default=None, metavar="NAME",
                    help="host name written into file_sd (when --host is a wildcard)")
-    p.add_argument("--trace", action="store_true",
-                   help="trace every process (dpobs.start(trace=True)) and write trace.json "
-                        "(Perfetto) and timeline.png of the measured steps into the log folder")
+    add_trace_flag(p)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--log-dir", default=None, metavar="DIR",
                    help="where the backend's own logs go (default: a new folder under the "
@@ -384,18 +383,14 @@ def run(args) -> int:
                     print(f"Prometheus   {stack.prometheus}\nAlertmanager "
                           f"{stack.alertmanager}\nfile_sd      {stack.sd_dir}")
             log = es.enter_context(open(args.cluster_log, "a")) if args.cluster_log else None
-            folder = log_dir(args.log_dir)
-            backend = es.enter_context(BackendLog(folder, cfg.backend))
+            backend = es.enter_context(BackendLog(log_dir(args.log_dir), cfg.backend))
             state.update(out=backend.out, err=backend.err, running=True)
             progress = Progress(cfg, stream=backend.err)
             with session(cfg, stack, on_ready, progress, log) as res:
                 state["running"] = False
                 progress.finish()
                 print(report(res, stack, cfg), file=backend.out, flush=True)
-                if cfg.trace:
-                    from ..tracing.command import demo_outputs
-                    demo_outputs([i["endpoint"] for i in res.info.values()], folder,
-                                 cfg.steps if cfg.duration is None else None, backend.out)
+                demo_outputs(cfg, res.info, backend.path.parent, backend.out)
     except KeyboardInterrupt:
         print("\ninterrupted; everything started is stopped", file=sys.stderr)
         return 130

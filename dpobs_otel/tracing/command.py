@@ -54,17 +54,27 @@ def write(addresses: list[str], out: str, png: str | None = None, steps: int | N
     return procs, missing
 
 
-def demo_outputs(addresses: list[str], folder, steps: int | None, out=None,
-                 png_steps: int = 12) -> None:
-    """`dpobs demo --trace`: trace.json of the measured steps and timeline.png of the last
-    few, in `folder`; without matplotlib the JSON alone, and which extra draws the picture."""
+def add_trace_flag(p: argparse.ArgumentParser) -> None:
+    """`dpobs demo --trace`."""
+    p.add_argument("--trace", action="store_true",
+                   help="trace every process (dpobs.start(trace=True)) and write trace.json "
+                        "(Perfetto) and timeline.png of the measured steps into the log folder")
+
+
+def demo_outputs(cfg, info: dict, folder, out=None, png_steps: int = 12) -> None:
+    """`dpobs demo --trace` (nothing without it): trace.json of the measured steps and
+    timeline.png of the last few, in `folder`, from the processes in `info` ((role, rank) ->
+    {"endpoint": ...}); without matplotlib the JSON alone, and which extra draws the picture."""
+    if not cfg.trace:
+        return
     from .picture import EXTRA, has_matplotlib
 
     out = out or sys.stdout
+    steps = cfg.steps if cfg.duration is None else None  # the warm-up step left out
     trace, png = os.path.join(folder, "trace.json"), os.path.join(folder, "timeline.png")
     drawn = has_matplotlib()
-    procs, _ = write(addresses, trace, png if drawn else None, steps,
-                     png_steps=min(png_steps, steps or png_steps), err=out)
+    procs, _ = write([i["endpoint"] for i in info.values()], trace, png if drawn else None,
+                     steps, png_steps=min(png_steps, steps or png_steps), err=out)
     print(f"\nTimeline ({len(procs)} processes): {trace}  (open it in ui.perfetto.dev)", file=out)
     print(f"  picture of the last steps: {png}" if drawn else
           f"  no picture: it needs matplotlib, pip install '{EXTRA}'", file=out)

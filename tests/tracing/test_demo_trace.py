@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 
+from dpobs_otel.demo.batches import Config
 from dpobs_otel.tracing import command, picture
 
 STEPS = 3
@@ -36,7 +37,7 @@ def test_demo_trace_writes_the_measured_steps_and_says_where(tmp_path):
 def test_without_matplotlib_the_json_is_written_and_the_extra_named(tmp_path, monkeypatch):
     monkeypatch.setattr(picture, "has_matplotlib", lambda: False)
     out = io.StringIO()
-    command.demo_outputs([], str(tmp_path), STEPS, out)
+    command.demo_outputs(Config(steps=STEPS, trace=True), {}, str(tmp_path), out)
     assert json.loads((tmp_path / "trace.json").read_text())["traceEvents"] == []
     assert "pip install 'dpobs-otel[timeline]'" in out.getvalue()
     assert not (tmp_path / "timeline.png").exists()
