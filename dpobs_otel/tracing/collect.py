@@ -19,7 +19,10 @@ def fetch(address: str, steps: int | None = None, timeout: float = 5.0,
     """One process's ring (the JSON tracer.snapshot gives); raises on any failure."""
     req = urllib.request.Request(trace_url(address, steps, ssl_context is not None),
                                  headers={"Accept-Encoding": "gzip"})
-    with urllib.request.urlopen(req, timeout=timeout, context=ssl_context) as r:
+    # Straight to the process, as scrape.py does: no HTTP(S)_PROXY in between.
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}),
+                                         urllib.request.HTTPSHandler(context=ssl_context))
+    with opener.open(req, timeout=timeout) as r:
         body = r.read()
         if r.headers.get("Content-Encoding") == "gzip":
             body = gzip.decompress(body)
