@@ -11,6 +11,8 @@ import sys
 
 from . import collect, events
 
+PNG_STEPS = 12  # what a picture shows when --steps is not given: more is unreadable
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sd-dir", default=None, metavar="DIR",
@@ -21,7 +23,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, metavar="TRACE.json",
                    help="the Chrome trace-event JSON to write")
     p.add_argument("--png", default=None, metavar="TIMELINE.png",
-                   help="also draw the swimlane picture (needs the extra dpobs-otel[timeline])")
+                   help="also draw the swimlane picture of the last N steps (default "
+                        f"{PNG_STEPS}; needs the extra dpobs-otel[timeline])")
     p.add_argument("--job", default=None, help="only this job's processes (default: all)")
     p.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS",
                    help="per process (default 5)")
@@ -61,7 +64,7 @@ def add_trace_flag(p: argparse.ArgumentParser) -> None:
                         "(Perfetto) and timeline.png of the measured steps into the log folder")
 
 
-def demo_outputs(cfg, info: dict, folder, out=None, png_steps: int = 12) -> None:
+def demo_outputs(cfg, info: dict, folder, out=None, png_steps: int = PNG_STEPS) -> None:
     """`dpobs demo --trace` (nothing without it): trace.json of the measured steps and
     timeline.png of the last few, in `folder`, from the processes in `info` ((role, rank) ->
     {"endpoint": ...}); without matplotlib the JSON alone, and which extra draws the picture."""
@@ -92,7 +95,7 @@ def run(args) -> int:
     if not addresses:
         raise SystemExit(f"dpobs timeline: no process is listed in {sd_dir}")
     procs, missing = write(addresses, args.out, args.png, args.steps, args.timeout,
-                           ssl_context())
+                           ssl_context(), png_steps=args.steps or PNG_STEPS)
     spans = sum(len(p.spans) for p in procs)
     print(f"{len(procs)} of {len(addresses)} processes, {spans} spans -> {args.out} "
           f"(open it in ui.perfetto.dev or chrome://tracing)"
