@@ -22,13 +22,15 @@ import argparse
 import sys
 import time
 
-from ..names import (INSTANCE_FRAC_OF_STEP, INSTR_TIME_SERIES, JOB_FRAC_OF_STEP,
+from ..names import (INSTANCE_FRAC_OF_STEP, INSTR_TIME_SERIES, JOB_BUSY_FRAC_OF_STEP,
+                     JOB_EXPOSED_FRAC_OF_STEP, JOB_FRAC_OF_STEP, JOB_MAX_EXPOSED_FRAC_OF_STEP,
                      JOB_OP_DIRECTION_BYTES, JOB_OP_MEAN, JOB_OP_QUANTILE, JOB_OP_RATE,
                      JOB_OP_SHARE, JOB_OVERHEAD_RATIO, OP_DURATION_SERIES)
 from .backends import BACKENDS, available
 from .batches import Config
 from .logs import BackendLog, log_dir
 from .progress import Progress
+from .critical import fractions
 from .report import frac_of_step, merge, op_shares, quantile, session
 from ..testing.stack import Stack, StackError, binaries
 
@@ -106,7 +108,12 @@ def measure(stack: Stack, cfg: Config, err=None) -> dict:
                            frac_of_step(t))
             whole["roles"][role] = frac_of_step(merge(
                 v for (r, _), v in [*res.warm.items(), *res.truth.items()] if r == role))
+        whole["critical"] = dict(zip(("busy", "exposed"), fractions(counted)[1:]))
         overall = (one(f"{JOB_FRAC_OF_STEP}{{{job}}}"), frac_of_step(truth))
+        _, busy, exposed = fractions(truth)  # None until the workload keeps that clock
+        critical = {"busy": (one(f"{JOB_BUSY_FRAC_OF_STEP}{{{job}}}"), busy),
+                    "exposed": (one(f"{JOB_EXPOSED_FRAC_OF_STEP}{{{job}}}"), exposed),
+                    "most stalled": (one(f"{JOB_MAX_EXPOSED_FRAC_OF_STEP}{{{job}}}"), None)}
         own = one(f"{JOB_OVERHEAD_RATIO}{{{job}}}")
         # The guard's part of that own time, both rates from one query: dividing by the
         # recorded op rate instead mixed two evaluation instants, and a short run's moving
@@ -116,7 +123,8 @@ def measure(stack: Stack, cfg: Config, err=None) -> dict:
     # The truth with the warm-up step too: a short run's 5m window holds part of it, so the
     # rules' ratios lie between the measured steps' truth and this one.
         share_sum = one(f"sum({JOB_OP_SHARE}{{{job}}})")
-    return {"ops": ops, "roles": roles, "frac": overall, "own": own, "guard": guard,
+    return {"ops": ops, "roles": roles, "frac": overall, "critical": critical,
+            "own": own, "guard": guard,
             "with_warmup": whole, "samples": samples, "share_sum": share_sum}
 
 
@@ -143,10 +151,12 @@ def _q(one, sel: str, q: str) -> float:
 
 
 def _cell(pair, fmt: str) -> str:
+    """'rules (truth)'; '-' for a rule without a series (no bytes move on list or clear),
+    and no parentheses where the workload has no truth for it."""
     rules, truth = pair
-    if rules != rules:  # NaN: the rule has no series (no bytes move on list or clear)
+    if rules != rules:  # NaN
         return "-"
-    return f"{fmt.format(rules)} ({fmt.format(truth)})"
+    return fmt.format(rules) + ("" if truth is None else f" ({fmt.format(truth)})")
 
 
 FORMATS = {"calls": "{:.0f}", "mean ms": "{:.2f}", "p50 ms": "{:.1f}", "p99 ms": "{:.1f}",
@@ -175,6 +185,10 @@ def table(results: dict[str, dict]) -> str:
         lines.append(f"    {role:<20}" + "".join(f"{c:>{width}}" for c in cells))
     lines.append(f"    {'job':<20}" + "".join(
         f"{_cell(results[n]['frac'], '{:.1%}'):>{width}}" for n in names))
+    lines.append("  fractions of step time, job (op-seconds is frac_of_step above)")
+    for what in ("busy", "exposed", "most stalled"):
+        lines.append(f"    {what:<20}" + "".join(
+            f"{_cell(results[n]['critical'][what], '{:.1%}'):>{width}}" for n in names))
     lines.append(f"  {'dpobs own time / op time':<22}" + "".join(
         f"{results[n]['own']:>{width}.2%}" for n in names))
     if any(r["guard"] is not None for r in results.values()):

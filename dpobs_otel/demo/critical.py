@@ -1,11 +1,15 @@
-"""The report's time on the critical path: per process, the three fractions of step time
-(op-seconds, busy, exposed; DESIGN.md "Time on the critical path") from the workload's own
-clock beside each process's counters."""
+"""The report's time on the critical path: the three fractions of step time (op-seconds,
+busy, exposed; DESIGN.md "Time on the critical path"), per process and for the job, from the
+workload's own clock, each process's counters and the recording rules; `dpobs compare`
+prints the job's."""
 from __future__ import annotations
 
 from .. import names as nm
 
-COLUMNS = (("op-seconds", "dp"), ("busy", "busy_s"), ("exposed", "exposed_s"))
+CRITICAL_PATH = ("busy_s", "exposed_s")  # a truth dict's busy and exposed seconds
+RULES = ((nm.INSTANCE_FRAC_OF_STEP, nm.INSTANCE_BUSY_FRAC_OF_STEP,
+          nm.INSTANCE_EXPOSED_FRAC_OF_STEP),
+         (nm.JOB_FRAC_OF_STEP, nm.JOB_BUSY_FRAC_OF_STEP, nm.JOB_EXPOSED_FRAC_OF_STEP))
 
 
 def counters(samples) -> dict[str, float]:
@@ -19,21 +23,69 @@ def counters(samples) -> dict[str, float]:
     return out
 
 
-def critical_lines(totals: dict, scraped: dict, dp_seconds) -> list:
-    """Lines of the report: each process's truth over every step (totals[key]) beside its
-    counters (scraped[key]); dp_seconds(truth) is its op-seconds."""
-    head = "".join(f"{c + ' truth':>17}{'metrics':>9}" for c, _ in COLUMNS)
-    lines = ["\nTime on the critical path, per process, every step: fractions of step time "
-             "(op-seconds add up overlapping ops; busy: an op in flight; exposed: the step "
-             "thread blocked on data)", f"  {'process':<12}{head}"]
-    for key in sorted(totals, key=lambda k: -totals[k]["exposed_s"]):
-        t, m = totals[key], counters(scraped[key])
-        truth = {"dp": dp_seconds(t), "busy_s": t["busy_s"], "exposed_s": t["exposed_s"]}
-        cells = "".join(f"{_frac(truth[k], t['step_s']):>17}{_frac(m[k], m['step_s']):>9}"
-                        for _, k in COLUMNS)
-        lines.append(f"  {key[0] + ' ' + str(key[1]):<12}{cells}")
+def _truth_seconds(t: dict) -> tuple:
+    """(step, op-seconds, busy, exposed) of a truth dict."""
+    return (t["step_s"], sum(d.total for d in t["ops"].values()),
+            *(t[k] for k in CRITICAL_PATH))
+
+
+def _metric_seconds(samples) -> tuple:
+    c = counters(samples)
+    return c["step_s"], c["dp"], c["busy_s"], c["exposed_s"]
+
+
+def _over_step(parts: list[tuple]) -> tuple:
+    """(op-seconds, busy, exposed) summed over processes, then over their summed step time
+    (as the rules do); Nones without a step."""
+    step = sum(p[0] for p in parts)
+    if not step:
+        return None, None, None
+    return tuple(sum(p[i] for p in parts) / step for i in (1, 2, 3))
+
+
+def fractions(t: dict) -> tuple:
+    """(op-seconds, busy, exposed) over step time of a truth dict."""
+    return _over_step([_truth_seconds(t)])
+
+
+def _rule_fractions(stack) -> tuple[dict, tuple]:
+    """The recording rules' fractions: {instance: (op-s, busy, exposed)} and the job's;
+    None where a rule has no series."""
+    if stack is None:
+        return {}, (None, None, None)
+    per = [{r["metric"].get("instance"): r["value"] for r in stack.query(e)} for e in RULES[0]]
+    job = tuple(next((r["value"] for r in stack.query(e)), None) for e in RULES[1])
+    return {i: tuple(p.get(i) for p in per) for i in per[0]}, job
+
+
+def critical_path_lines(res, stack) -> list[str]:
+    """The three fractions per process (most exposed first) and for the job: the workload's
+    clock and the counters over every step, its clock and the recording rules over the
+    measured steps (the ones Prometheus rates). `res`: report.Result; `stack`: or None."""
+    def block(name: str, rows: list) -> None:
+        for i, (span, source, fr) in enumerate(rows):
+            cells = "".join(f"{'-' if x is None else format(x, '.1%'):>9}" for x in fr)
+            lines.append(f"  {name if i == 0 else '':<12}{span:<16}{source:<9}{cells}")
+
+    def rows(total: list, scraped: list, measured: list, rules) -> list:
+        out = [("every step", "truth", _over_step([_truth_seconds(t) for t in total])),
+               ("", "metrics", _over_step([_metric_seconds(s) for s in scraped])),
+               ("measured steps", "truth", _over_step([_truth_seconds(t) for t in measured]))]
+        return out + ([("", "rules", rules)] if stack is not None else [])
+
+    per, job = _rule_fractions(stack)
+    lines = ["\nTime on the critical path, fraction of step time: op-s = seconds inside calls "
+             "(overlaps add up), busy = a call in flight, exposed = the step thread blocked "
+             "on data", f"  {'process':<12}{'span':<16}{'source':<9}{'op-s':>9}{'busy':>9}"
+             f"{'exposed':>9}"]
+    keys = sorted(res.info, key=lambda k: -(fractions(res.total(k))[2] or 0.0))
+    for k in keys:
+        block(f"{k[0]} {k[1]}", rows([res.total(k)], [res.scraped[k]], [res.truth[k]],
+                                     per.get(res.info[k]["instance"], (None,) * 3)))
+    block("job", rows([res.total(k) for k in keys], [res.scraped[k] for k in keys],
+                      [res.truth[k] for k in keys], job))
+    if stack is not None:
+        stalled = next((r["value"] for r in stack.query(nm.JOB_MAX_EXPOSED_FRAC_OF_STEP)), None)
+        lines.append(f"  most stalled process, exposed ({nm.JOB_MAX_EXPOSED_FRAC_OF_STEP}): "
+                     + ("-" if stalled is None else f"{stalled:.1%}"))
     return lines
-
-
-def _frac(seconds: float, step_s: float) -> str:
-    return format(seconds / step_s, ".1%") if step_s else "-"

@@ -22,7 +22,7 @@ from .progress import Progress
 from ..testing.stack import Stack, binaries
 from .backends import BACKENDS, available
 from .batches import Config
-from .critical import critical_lines
+from .critical import critical_path_lines
 from .truth import Durations
 from .workload import Workload
 
@@ -272,7 +272,7 @@ def report(res: Result, stack: Stack | None, cfg: Config) -> str:
                      f"{dp_m / step_m if step_m else 0:>9.1%}  |"
                      f"{frac_of_step(res.truth[k]):>8.1%}"
                      f"{'-' if p is None else format(p, '.1%'):>12}")
-    lines += critical_lines({k: res.total(k) for k in keys}, res.scraped, dp_seconds)
+    lines += critical_path_lines(res, stack)
     lines.append(_guard_line(samples, cfg))
     if res.cluster is not None:
         lines.append("\nCluster view (tel.cluster_step_metrics(sd_dir), the measured steps)\n"

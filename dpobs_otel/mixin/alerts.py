@@ -75,17 +75,44 @@ def _query(expr: str, *args: str) -> str:
 
 
 def _dominates(c: Config, severity: str, threshold: float) -> Rule:
-    slowest = _query(n.JOB_MAX_FRAC_OF_STEP + "{job=%q}", "$labels.job")
+    stalled = _query(n.JOB_MAX_EXPOSED_FRAC_OF_STEP + "{job=%q}", "$labels.job")
     top_op = _query(f"topk(1, {n.JOB_OP_SHARE}" + "{job=%q})", "$labels.job")
     return _alert(
         c, n.ALERT_DOMINATES_STEP, severity,
-        f"{n.JOB_FRAC_OF_STEP} > {threshold:g}", c.frac_of_step_for,
-        "The data plane takes a large share of training step time.",
-        "Job {{ $labels.job }} spends {{ $value | humanizePercentage }} of its step time in"
-        " data-plane calls; the slowest process is at {{ with " + slowest + " }}"
-        "{{ . | first | value | humanizePercentage }}{{ end }} and op {{ with " + top_op
-        + " }}{{ with . | first }}{{ .Labels.op }} takes {{ .Value | humanizePercentage }}"
-        "{{ end }}{{ end }} of data-plane time.", threshold=f">{threshold:g}")
+        f"{n.JOB_EXPOSED_FRAC_OF_STEP} > {threshold:g}", c.frac_of_step_for,
+        "Training steps spend a large share of their time waiting on the data plane.",
+        "Job {{ $labels.job }}'s steps are blocked on the data plane for"
+        " {{ $value | humanizePercentage }} of their time; the most stalled process for"
+        " {{ with " + stalled + " }}{{ . | first | value | humanizePercentage }}{{ end }},"
+        " and op {{ with " + top_op + " }}{{ with . | first }}{{ .Labels.op }} takes"
+        " {{ .Value | humanizePercentage }}{{ end }}{{ end }} of data-plane time.",
+        "Exposed time, not op-seconds: a prefetch that hides its reads behind compute is\n"
+        "no bottleneck. For a synchronous job the two are the same number.",
+        threshold=f">{threshold:g}")
+
+
+def _straggler(c: Config) -> Rule:
+    """One process of a role much slower per call than the role's median (3+ processes:
+    with two, neither is the odd one out)."""
+    mean, role = n.INSTANCE_OP_MEAN, c.on("job", "role", "op")
+    by_role = c.by("job", "role", "op")
+    expr = (f"{mean}\n  / {role} group_left ()\n"
+            f"(quantile {by_role} (0.5, {mean}) > 0)\n"
+            f">= {c.straggler_factor:g}\n"
+            f"and {role}\n"
+            f"(count {by_role} ({mean}) >= {c.straggler_min_processes})\n")
+    own = _query(mean + "{job=%q,node=%q,instance=%q,role=%q,rank=%q,op=%q}", "$labels.job",
+                 "$labels.node", "$labels.instance", "$labels.role", "$labels.rank",
+                 "$labels.op")
+    return _alert(
+        c, n.ALERT_STRAGGLER, "warning", expr, c.straggler_for,
+        "One process's data-plane calls are much slower than the rest of its role's.",
+        "{{ $labels.op }} calls by " + PROC + " take {{ with " + own
+        + " }}{{ . | first | value | humanizeDuration }}{{ end }} on average,"
+        " {{ $value | printf \"%.3g\" }}x the median of its role's processes.",
+        "The value is the ratio to the role's median (the median includes the straggler, so\n"
+        "one slow process cannot drag it up); it carries the process's labels.",
+        threshold=f">={c.straggler_factor:g}")
 
 
 def _errors(c: Config, severity: str, threshold: float, for_: str) -> Rule:
@@ -104,6 +131,7 @@ def _data_plane(c: Config) -> list[Rule]:
     return [
         _dominates(c, "warning", c.frac_of_step_warning),
         _dominates(c, "critical", c.frac_of_step_critical),
+        _straggler(c),
         _errors(c, "warning", c.error_ratio_warning, c.error_ratio_warning_for),
         _errors(c, "critical", c.error_ratio_critical, c.error_ratio_critical_for),
         _alert(c, n.ALERT_OUTSTANDING_GROWING, "warning",

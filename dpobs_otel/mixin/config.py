@@ -27,10 +27,16 @@ class Config:
     # runbook_url = <runbook_base_url>/docs/runbook.md#<lowercased alert name>
     runbook_base_url: str = RUNBOOK_PLACEHOLDER
 
-    # DpobsDataPlaneDominatesStep: job frac_of_step above these, for this long.
+    # DpobsDataPlaneDominatesStep: the job's exposed fraction of step time (the time steps
+    # were blocked on the data plane; op-seconds for a synchronous job) above these.
     frac_of_step_warning: float = 0.25
     frac_of_step_critical: float = 0.5
     frac_of_step_for: str = "15m"
+    # DpobsDataPlaneStraggler: a process's mean latency of an op at least `factor` x the
+    # median of its role's, in a role of at least `min_processes` processes, for this long.
+    straggler_factor: float = 2.0
+    straggler_min_processes: int = 3
+    straggler_for: str = "15m"
     # DpobsOperationErrors: failed / all calls per (job, op).
     error_ratio_warning: float = 0.01
     error_ratio_warning_for: str = "15m"

@@ -1,8 +1,8 @@
 """`dpobs dashboards --out DIR`: the Grafana dashboards, generated so they cannot drift.
 
 dpobs-overview answers cluster questions from the recording rules (5m windows, the same
-numbers the alerts use); dpobs-process drills into one process from the raw series with
-`$__rate_interval`, since the per-process rules stop at frac_of_step.
+numbers the alerts use); dpobs-process drills into one process from its per-process rules
+(fractions of step) and the raw series with `$__rate_interval`.
 """
 from __future__ import annotations
 
@@ -43,38 +43,96 @@ def _pct(x: float) -> str:
     return f"{x * 100:g}%"
 
 
+# What each fraction of step time means, one line each (DESIGN.md "Time on the critical
+# path"), on every panel that shows it.
+EXPOSED = ("Exposed: wall time a step was blocked on the data plane (in a call, in "
+           "tel.waiting(), in tel.exposed()); the stall a user pays, what prefetching hides.")
+BUSY = ("Busy: wall time, while a step was open, with at least one data-plane call in flight "
+        "(any thread), counted once however many overlap.")
+OP_SECONDS = ("Op-seconds: the sum of call durations; overlapping calls add up, so it can "
+              "exceed 100%. " + OVERLAP)
+
+
 def _frac_queries(c: Config) -> tuple[Query, ...]:
     """Cluster mean and the slowest process, on both frac_of_step panels."""
     return (Query(f"{n.JOB_FRAC_OF_STEP}{_job(c)}", "{{job}} mean"),
             Query(f"{n.JOB_MAX_FRAC_OF_STEP}{_job(c)}", "{{job}} slowest process"))
 
 
-def _frac_panels(c: Config) -> list:
+def _headline(c: Config) -> list:
+    """Exposed, busy and op-seconds side by side: the first question and its three answers."""
     steps = thresholds((None, "green"), (c.frac_of_step_warning, "yellow"),
                        (c.frac_of_step_critical, "red"))  # = the alert's, from one Config
-    now = stat_panel(
+    sel = _job(c)
+    exposed = stat_panel(
+        "Exposed fraction of step (now)",
+        EXPOSED + " Over the last 5m: all processes, and the most stalled one. Yellow at "
+        f"{_pct(c.frac_of_step_warning)}, red at {_pct(c.frac_of_step_critical)}, as "
+        f"{n.ALERT_DOMINATES_STEP}.", "percentunit",
+        Query(f"{n.JOB_EXPOSED_FRAC_OF_STEP}{sel}", "{{job}} mean"),
+        Query(f"{n.JOB_MAX_EXPOSED_FRAC_OF_STEP}{sel}", "{{job}} most stalled process"),
+        steps=steps, width=8, height=8)
+    busy = stat_panel("Busy fraction of step (now)", BUSY + " Over the last 5m, all processes.",
+                      "percentunit", Query(f"{n.JOB_BUSY_FRAC_OF_STEP}{sel}", "{{job}}"),
+                      color="blue", width=8, height=8)
+    op_seconds = stat_panel(
         "Data-plane fraction of step (now)",
-        "Data-plane time / step time over the last 5m: cluster mean and the slowest process. "
-        f"Yellow at {_pct(c.frac_of_step_warning)}, red at {_pct(c.frac_of_step_critical)}, "
-        f"as {n.ALERT_DOMINATES_STEP}. " + OVERLAP,
-        "percentunit",
-        *_frac_queries(c), steps=steps, width=8, height=8)
+        OP_SECONDS + " Over the last 5m: all processes, and the slowest one.", "percentunit",
+        *_frac_queries(c), color="purple", width=8, height=8)
+    return [exposed, busy, op_seconds]
+
+
+def _frac_panels(c: Config) -> list:
+    sel = _job(c)
     over_time = timeseries_panel(
-        "Data-plane fraction of step",
-        "The same ratio over time. A slowest process far above the mean points at one "
-        "straggler (drill down in dpobs-process), not at the store. " + OVERLAP,
+        "Time on the critical path: exposed, busy and op-seconds",
+        "The three fractions of step time over time. " + EXPOSED + " " + BUSY + " "
+        + OP_SECONDS + " Exposed far below busy: the loop hides its reads; a most stalled "
+        "process far above the mean: one straggler (drill down in dpobs-process).",
         "percentunit",
-        *_frac_queries(c), width=16)
+        Query(f"{n.JOB_EXPOSED_FRAC_OF_STEP}{sel}", "{{job}} exposed"),
+        Query(f"{n.JOB_MAX_EXPOSED_FRAC_OF_STEP}{sel}", "{{job}} exposed, most stalled process"),
+        Query(f"{n.JOB_BUSY_FRAC_OF_STEP}{sel}", "{{job}} busy"),
+        *_frac_queries(c), width=24)
+    who = "{{node}} {{instance}} {{role}}"
+    exposed = table_panel(
+        "Processes by exposed fraction of step",
+        "Each process's exposed time / step time over 5m, most stalled first. " + EXPOSED,
+        "percentunit",
+        Query(f"{n.INSTANCE_EXPOSED_FRAC_OF_STEP}{_matchers(c, 'job', 'node')}", who),
+        ["job", "node", "instance", "role"], width=12)
     processes = table_panel(
         "Processes by data-plane fraction of step",
         "Each process's data-plane time / step time over 5m, slowest first. A process is "
         "its node, instance and role: on a cluster two nodes may publish the same "
         "host:port, and they stay two rows. Drill down in dpobs-process.",
         "percentunit",
-        Query(f"{n.INSTANCE_FRAC_OF_STEP}{_matchers(c, 'job', 'node')}",
-              "{{node}} {{instance}} {{role}}"),
-        ["job", "node", "instance", "role"])
-    return [now, over_time, processes]
+        Query(f"{n.INSTANCE_FRAC_OF_STEP}{_matchers(c, 'job', 'node')}", who),
+        ["job", "node", "instance", "role"], width=12)
+    return [*_headline(c), over_time, exposed, processes, *_straggler_panels(c)]
+
+
+def _straggler_panels(c: Config) -> list:
+    """A role's processes side by side by mean latency per op (the outlier stands above its
+    role), and the same as a ratio to the role's median (what DpobsDataPlaneStraggler reads)."""
+    mean = f"{n.INSTANCE_OP_MEAN}{_matchers(c, 'job', 'node')}"
+    role = f"{n.INSTANCE_OP_MEAN}{_job(c)}"  # the role's median over every node
+    lines = timeseries_panel(
+        "Stragglers: mean latency per process and op",
+        "Each process's mean latency of each op over 5m, one line per process; the processes "
+        "of a role should sit together, and a straggler stands above them. Log axis.", "s",
+        Query(mean, "{{job}} {{role}} {{rank}} {{op}} {{node}} {{instance}}"), log_scale=True)
+    ratio = table_panel(
+        "Processes by mean latency against their role's median",
+        "Each process's mean latency of an op / the median of its role's processes (the "
+        f"processes' own included), highest first. {n.ALERT_STRAGGLER} fires at "
+        f"{c.straggler_factor:g}x for {c.straggler_for} in a role of "
+        f"{c.straggler_min_processes} or more processes.", "suffix: x",
+        Query(f"{mean}\n  / {c.on('job', 'role', 'op')} group_left ()\n"
+              f"quantile without (node, instance, rank) (0.5, {role})",
+              "{{node}} {{instance}} {{role}} {{op}}"),
+        ["job", "role", "op", "rank", "node", "instance"], width=12)
+    return [lines, ratio]
 
 
 def _time_panels(c: Config) -> list:
@@ -254,9 +312,12 @@ def process(c: Config = DEFAULT) -> dashboard.Dashboard:
     who = "{{node}} {{role}} {{instance}}"
     panels = [
         timeseries_panel(
-            "Data-plane fraction of step", "This process's data-plane time / step time "
-            "over 5m. " + OVERLAP, "percentunit",
-            Query(f"{n.INSTANCE_FRAC_OF_STEP}{proc}", who)),
+            "Fractions of step: exposed, busy and op-seconds", "This process's exposed, busy "
+            "and data-plane (op-seconds) time / step time over 5m. " + EXPOSED + " " + BUSY
+            + " " + OP_SECONDS, "percentunit",
+            Query(f"{n.INSTANCE_EXPOSED_FRAC_OF_STEP}{proc}", who + " exposed"),
+            Query(f"{n.INSTANCE_BUSY_FRAC_OF_STEP}{proc}", who + " busy"),
+            Query(f"{n.INSTANCE_FRAC_OF_STEP}{proc}", who + " op-seconds")),
         timeseries_panel(
             "Data-plane time by op", "Seconds per second inside client calls, by op, "
             "failed calls included. " + OVERLAP, SECONDS_PER_SECOND,

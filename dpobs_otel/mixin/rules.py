@@ -40,9 +40,14 @@ def _time_rules(c: Config) -> list[Rule]:
     return rec
 
 
+def _per_process(c: Config, numerator: str) -> str:
+    """A counter's rate over step time, one series per process (the process identity)."""
+    return (f"{_rate(c, numerator, *PROCESS)}\n"
+            f"  / ({_rate(c, f'{STEP}_sum', *PROCESS)} > 0)\n")
+
+
 def _frac_rules(c: Config) -> list[Rule]:
-    per_process = (f"{_rate(c, f'{OP}_sum', *PROCESS)}\n"
-                   f"  / ({_rate(c, f'{STEP}_sum', *PROCESS)} > 0)")
+    per_process = _per_process(c, f"{OP}_sum").rstrip("\n")
     return [
         Rule({"record": n.JOB_FRAC_OF_STEP,
               "expr": f"{n.JOB_SECONDS}\n  / ({n.JOB_STEP_SECONDS} > 0)\n"},
@@ -51,9 +56,30 @@ def _frac_rules(c: Config) -> list[Rule]:
              "The same per process: one series per " + ", ".join(PROCESS) + "."),
         Rule({"record": n.JOB_MAX_FRAC_OF_STEP,
               "expr": f"max {c.by('job')} ({n.INSTANCE_FRAC_OF_STEP})"}),
+        *_critical_path_rules(c),
         Rule({"record": n.JOB_OP_SHARE,
               "expr": f"{n.JOB_OP_SECONDS}\n  / {c.on('job')} group_left ()\n"
                       f"({n.JOB_SECONDS} > 0)\n"}),
+    ]
+
+
+def _critical_path_rules(c: Config) -> list[Rule]:
+    """Busy and exposed wall time over step time (DESIGN.md "Time on the critical path"):
+    unlike op-seconds, overlapping ops count once, and exposed is what steps waited."""
+    busy, exposed = n.STEP_BUSY_SERIES, n.STEP_EXPOSED_SERIES
+    return [
+        Rule({"record": n.JOB_BUSY_FRAC_OF_STEP,
+              "expr": f"{_rate(c, busy, 'job')}\n  / ({n.JOB_STEP_SECONDS} > 0)\n"},
+             "Wall time with a data-plane op in flight while a step was open, over step time."),
+        Rule({"record": n.INSTANCE_BUSY_FRAC_OF_STEP, "expr": _per_process(c, busy)}),
+        Rule({"record": n.JOB_EXPOSED_FRAC_OF_STEP,
+              "expr": f"{_rate(c, exposed, 'job')}\n  / ({n.JOB_STEP_SECONDS} > 0)\n"},
+             "Wall time steps spent blocked on the data plane, over step time: the stall a\n"
+             f"prefetch hides; {n.ALERT_DOMINATES_STEP} reads this."),
+        Rule({"record": n.INSTANCE_EXPOSED_FRAC_OF_STEP, "expr": _per_process(c, exposed)}),
+        Rule({"record": n.JOB_MAX_EXPOSED_FRAC_OF_STEP,
+              "expr": f"max {c.by('job')} ({n.INSTANCE_EXPOSED_FRAC_OF_STEP})"},
+             "The most stalled process (Ray Train takes the maximum across ranks likewise)."),
     ]
 
 
@@ -61,6 +87,11 @@ def _latency_rules(c: Config) -> list[Rule]:
     out = [Rule({"record": n.JOB_OP_RATE, "expr": _rate(c, f"{OP}_count", "job", "op")}),
            Rule({"record": n.JOB_OP_MEAN,
                  "expr": f"{n.JOB_OP_SECONDS}\n  / ({n.JOB_OP_RATE} > 0)\n"})]
+    out.append(Rule(
+        {"record": n.INSTANCE_OP_MEAN,
+         "expr": f"{_rate(c, f'{OP}_sum', *PROCESS, 'op')}\n"
+                 f"  / ({_rate(c, f'{OP}_count', *PROCESS, 'op')} > 0)\n"},
+        f"Mean latency per process and op: {n.ALERT_STRAGGLER} compares each process with its role."))
     buckets = n.JOB_OP_LE_BUCKETS
     out.append(Rule({"record": buckets, "expr": _rate(c, f"{OP}_bucket", "job", "op", "le")},
                     "Buckets add across processes because every process uses the same bounds.\n"

@@ -8,7 +8,9 @@ Each call reads every process's cumulative counters (sources.py: at the call, fr
 file_sd directory's endpoints; or the latest raw samples in Prometheus) and differences them
 against the previous call's, process by process (`delta`). The keys mirror
 tel.step_metrics() (stepmetrics.py) under `dpobs/cluster/`: step_s, steps, data_plane_s,
-frac_of_step (from the sums, absent without a completed step), op/<op>/{seconds, calls,
+frac_of_step (from the sums, absent without a completed step), busy_s and exposed_s (the
+processes' busy and exposed counters, summed) with busy_frac and exposed_frac (the sums over
+step time, absent like frac_of_step) and exposed_frac_max (the most stalled process), op/<op>/{seconds, calls,
 errors, mb, share}, codec/<stage>_s, instrumentation_s and _frac, outstanding_mb (the
 gauges now, summed), guard/... (present when any summed process exports guard series,
 absent otherwise), plus frac_of_step_max (the highest one process's fraction), processes,
@@ -67,6 +69,8 @@ def delta(prev: ProcessTotals | None, now: ProcessTotals) -> ProcessTotals:
     guard = None if now.guard is None else _sub(now.guard, prev.guard or {})
     return replace(now, ops=ops, steps=now.steps - prev.steps,
                    step_seconds=now.step_seconds - prev.step_seconds,
+                   busy_seconds=now.busy_seconds - prev.busy_seconds,
+                   exposed_seconds=now.exposed_seconds - prev.exposed_seconds,
                    codec_seconds=_sub(now.codec_seconds, prev.codec_seconds),
                    instrumentation_seconds=_sub(now.instrumentation_seconds,
                                                 prev.instrumentation_seconds),
@@ -167,6 +171,7 @@ def metrics(w: Window) -> dict[str, float]:
              for d in procs if d.step_seconds > 0]
     if fracs:
         out[p + "frac_of_step_max"] = max(fracs)
+    out.update(_critical_path(procs, step_s))
     for op in sorted(ops):
         seconds, calls, errors, nbytes = ops[op]
         q = f"{p}op/{op}/"
@@ -185,6 +190,21 @@ def metrics(w: Window) -> dict[str, float]:
                 p + "scrape_s": w.scrape_s})
     if w.staleness_s is not None:
         out[p + "staleness_s"] = w.staleness_s
+    return out
+
+
+def _critical_path(procs: list[ProcessTotals], step_s: float) -> dict[str, float]:
+    """busy_s, exposed_s (summed over processes) and, with a completed step, busy_frac and
+    exposed_frac (the sums over step time) and exposed_frac_max (the most stalled process)."""
+    p = PREFIX
+    busy = sum(d.busy_seconds for d in procs)
+    exposed = sum(d.exposed_seconds for d in procs)
+    out = {p + "busy_s": busy, p + "exposed_s": exposed}
+    if step_s > 0:
+        out[p + "busy_frac"] = busy / step_s
+        out[p + "exposed_frac"] = exposed / step_s
+        out[p + "exposed_frac_max"] = max(d.exposed_seconds / d.step_seconds
+                                          for d in procs if d.step_seconds > 0)
     return out
 
 
@@ -246,7 +266,8 @@ def breakdown(w: Window) -> tuple[list[str], list[list]]:
 
 def text(got: dict, table: tuple[list[str], list[list]]) -> str:
     """A cluster dict and its breakdown as a few lines for a terminal or a log."""
-    keys = ("processes", "steps", "frac_of_step", "frac_of_step_max", "data_plane_s",
+    keys = ("processes", "steps", "frac_of_step", "frac_of_step_max", "busy_frac",
+            "exposed_frac", "exposed_frac_max", "data_plane_s",
             "processes_restarted", "processes_unreachable", "processes_lost", "scrape_s",
             "staleness_s")
     out = ["  " + "  ".join(f"{k}={got[PREFIX + k]:.4g}" for k in keys if PREFIX + k in got)]

@@ -13,12 +13,13 @@ told: another boot's file, a file without dpobs's name, or a filesystem without 
 
 A `ProcessTotals` is one process's cumulative counters at one moment, parsed with
 prometheus_client's text parser: per op (`OpTotals`) calls, seconds, errors, bytes read and
-written, keys, missing rows and the latency histogram's cumulative buckets; steps and step
-seconds; codec seconds per stage; dpobs's own time and swallowed errors per
-component; outstanding bytes and keys (gauges); the guard's counts in the shape
-stepmetrics.guard_flat gives (None when the process exports no guard series: guard off, or
-on with nothing recorded yet); and the OpenTelemetry `service.instance.id` from target_info
-(new on every start, so a restart shows even when the counters have caught up).
+written, keys, missing rows and the latency histogram's cumulative buckets; steps, step
+seconds, busy and exposed seconds (an absent counter reads 0); codec seconds per stage;
+dpobs's own time and swallowed errors per component; outstanding bytes and keys (gauges); the
+guard's counts in the shape stepmetrics.guard_flat gives (None when the process exports no
+guard series: guard off, or on with nothing recorded yet); and the OpenTelemetry
+`service.instance.id` from target_info (new on every start, so a restart shows even when the
+counters have caught up).
 `ProcessTotals.went_back(prev)` is the restart test on counters alone.
 
 Differencing two snapshots is readback/cluster.py (`cluster.delta`).
@@ -89,6 +90,8 @@ class ProcessTotals:
     ops: dict[str, OpTotals] = field(default_factory=dict)
     steps: float = 0.0
     step_seconds: float = 0.0
+    busy_seconds: float = 0.0  # DESIGN.md "Time on the critical path"
+    exposed_seconds: float = 0.0
     codec_seconds: dict[str, float] = field(default_factory=dict)
     instrumentation_seconds: dict[str, float] = field(default_factory=dict)
     instrumentation_errors: dict[str, float] = field(default_factory=dict)
@@ -106,7 +109,7 @@ class ProcessTotals:
         if not set(prev.ops) <= set(self.ops) or not set(prev.codec_seconds) <= set(
                 self.codec_seconds):
             return True
-        if self.steps < prev.steps or self.step_seconds < prev.step_seconds:
+        if any(getattr(self, k) < getattr(prev, k) for k in _STEP.values()):
             return True
         for op, p in prev.ops.items():
             n = self.ops[op]
@@ -182,6 +185,9 @@ def _locked(path: str) -> bool | None:
 OP = names.OP_DURATION_SERIES
 _OP_COUNTERS = {names.OP_ERRORS_SERIES: "errors", names.KEYS_SERIES: "keys",
                 names.ROWS_MISSING_SERIES: "missing"}
+_STEP = {names.STEP_DURATION_SERIES + "_count": "steps",  # series -> ProcessTotals field
+         names.STEP_DURATION_SERIES + "_sum": "step_seconds",
+         names.STEP_BUSY_SERIES: "busy_seconds", names.STEP_EXPOSED_SERIES: "exposed_seconds"}
 _GUARD_KINDS = {names.GUARD_RECORDED_SERIES: "recorded", names.GUARD_CHECKED_SERIES: "checked",
                 names.GUARD_MISMATCHED_SERIES: "mismatched",
                 names.GUARD_UNVERIFIED_SERIES: "unverified"}
@@ -205,8 +211,8 @@ def totals_from_samples(samples, timestamp: float = 0.0) -> ProcessTotals:
                 o.read_bytes += value
             else:
                 o.write_bytes += value
-        elif name.startswith(names.STEP_DURATION_SERIES):
-            _step_sample(t, name, labels, value)
+        elif name in _STEP:
+            setattr(t, _STEP[name], getattr(t, _STEP[name]) + value)
         elif name == names.CODEC_DURATION_SERIES + "_sum":
             _add(t.codec_seconds, labels.get("stage", ""), value)
         elif name == names.INSTR_TIME_SERIES:
@@ -237,13 +243,6 @@ def _op_sample(o: OpTotals, suffix: str, labels: dict, value: float) -> None:
         o.seconds += value
     elif suffix == "_bucket":
         _add(o.buckets, float(labels["le"]), value)
-
-
-def _step_sample(t: ProcessTotals, name: str, labels: dict, value: float) -> None:
-    if name.endswith("_count"):
-        t.steps += value
-    elif name.endswith("_sum"):
-        t.step_seconds += value
 
 
 def _guard_sample(guard: dict, name: str, labels: dict, value: float) -> None:

@@ -21,7 +21,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from ..readback import cluster, scrape
-from .model import Answers, Job, Op, Process, worst_first
+from .model import Answers, Job, Op, Process, stragglers, worst_first
 
 
 @dataclass
@@ -30,6 +30,8 @@ class Rates:
     span_s: float
     dp_s: float  # data-plane seconds per second, all ops
     step_s: float  # step seconds per second
+    busy_s: float  # busy data-plane seconds per second (DESIGN.md "Time on the critical path")
+    exposed_s: float  # exposed data-plane seconds per second
     calls: dict  # op -> calls/s
     seconds: dict  # op -> data-plane seconds/s
     buckets: dict  # op -> {le: observations/s}
@@ -47,6 +49,7 @@ def difference(old: scrape.ProcessTotals | None, new: scrape.ProcessTotals,
     per = 1.0 / span_s if span_s > 0 else 0.0
     guard = d.guard or {}
     return Rates(span_s, sum(o.seconds for o in d.ops.values()) * per, d.step_seconds * per,
+                 d.busy_seconds * per, d.exposed_seconds * per,
                  {op: o.calls * per for op, o in d.ops.items()},
                  {op: o.seconds * per for op, o in d.ops.items()},
                  {op: {le: c * per for le, c in o.buckets.items()} for op, o in d.ops.items()},
@@ -91,6 +94,8 @@ class DirectSource:
             if r is not None:
                 rates[target.process] = (p, r)
                 p.frac_of_step = _ratio(r.dp_s, r.step_s)
+                p.busy_frac, p.exposed_frac = _ratio(r.busy_s, r.step_s), _ratio(
+                    r.exposed_s, r.step_s)
         for gone in set(self.history) - {t.process for t in listed}:
             del self.history[gone]
             self.born.pop(gone, None)
@@ -99,7 +104,7 @@ class DirectSource:
         spans = [r.span_s for _, r in rates.values()]
         jobs = self._jobs(sorted({p.job for p in procs}), rates, got)
         return Answers(self.describe(), max(spans) if spans else None, now,
-                       worst_first(procs), jobs, alerts=None)
+                       worst_first(procs), jobs, alerts=None, stragglers=_stragglers(rates))
 
     def _record(self, key: tuple, totals: scrape.ProcessTotals) -> Rates | None:
         h = self.history.get(key)
@@ -126,13 +131,18 @@ class DirectSource:
         jobs = []
         for name in names:
             rs = [r for p, r in rates.values() if p.job == name]
-            fracs = [p.frac_of_step for p, _ in rates.values()
-                     if p.job == name and p.frac_of_step is not None]
+            mine = [p for p, _ in rates.values() if p.job == name]
+            fracs = [p.frac_of_step for p in mine if p.frac_of_step is not None]
+            exposed = [p.exposed_frac for p in mine if p.exposed_frac is not None]
             up = [t for t, res in got.items()
                   if t.label("job") == name and not isinstance(res, Exception)]
             j = Job(job=name, frac_of_step=_ratio(sum(r.dp_s for r in rs),
                                                   sum(r.step_s for r in rs)),
                     max_frac_of_step=max(fracs) if fracs else None,
+                    busy_frac=_ratio(sum(r.busy_s for r in rs), sum(r.step_s for r in rs)),
+                    exposed_frac=_ratio(sum(r.exposed_s for r in rs),
+                                        sum(r.step_s for r in rs)),
+                    max_exposed_frac=max(exposed) if exposed else None,
                     outstanding_bytes=sum(got[t].outstanding_bytes for t in up) if up else None)
             if rs:
                 j.read_bytes_per_s = sum(r.read for r in rs)
@@ -142,6 +152,18 @@ class DirectSource:
                 j.ops = _ops(rs)
             jobs.append(j)
         return jobs
+
+
+def _stragglers(rates: dict) -> list:
+    """Each process's mean latency per op over its window (as the per-process rule), then
+    the alert's test."""
+    means = []
+    for p, r in rates.values():
+        labels = {"job": p.job, "role": p.role, "rank": p.rank, "node": p.node,
+                  "instance": p.instance}
+        means += [(dict(labels, op=op), r.seconds[op] / calls)
+                  for op, calls in r.calls.items() if calls > 0]
+    return stragglers(means)
 
 
 def _ops(rs: list[Rates]) -> list[Op]:

@@ -6,7 +6,10 @@ that is down, a window that is still filling); the view prints a dash, never a m
 """
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
+
+from ..mixin.config import DEFAULT
 
 
 @dataclass
@@ -18,6 +21,8 @@ class Process:
     node: str = ""
     up: bool = True
     frac_of_step: float | None = None  # data-plane seconds / step seconds in the window
+    busy_frac: float | None = None  # wall time with an op in flight in a step / step time
+    exposed_frac: float | None = None  # wall time a step waited on the data plane / step time
     error: str = ""  # why it is down, when the source knows
 
 
@@ -36,12 +41,32 @@ class Job:
     job: str
     frac_of_step: float | None = None  # all processes: summed data-plane / summed step time
     max_frac_of_step: float | None = None  # the slowest process's
+    busy_frac: float | None = None  # summed busy / summed step time
+    exposed_frac: float | None = None  # summed exposed / summed step time
+    max_exposed_frac: float | None = None  # the most stalled process's
     read_bytes_per_s: float | None = None
     write_bytes_per_s: float | None = None
     outstanding_bytes: float | None = None
     guard_checked: float | None = None  # rows, increase over the window
     guard_mismatched: float | None = None
     ops: list[Op] = field(default_factory=list)  # largest share first
+
+
+@dataclass
+class Straggler:
+    """A process whose mean latency of an op is at least `factor` x its role's median."""
+    job: str
+    role: str
+    rank: str
+    node: str
+    instance: str
+    op: str
+    mean_s: float
+    median_s: float  # of the role's processes, this one included
+
+    @property
+    def ratio(self) -> float:
+        return self.mean_s / self.median_s
 
 
 @dataclass
@@ -60,6 +85,7 @@ class Answers:
     processes: list[Process] = field(default_factory=list)  # worst frac_of_step first
     jobs: list[Job] = field(default_factory=list)
     alerts: list[Alert] | None = None  # None: this source cannot know (no Prometheus)
+    stragglers: list[Straggler] = field(default_factory=list)  # slowest ratio first
     error: str = ""  # the source itself failed (e.g. Prometheus unreachable)
 
 
@@ -70,3 +96,24 @@ def worst_first(procs: list[Process]) -> list[Process]:
         return (not p.up, p.frac_of_step is None, -(p.frac_of_step or 0.0), p.job, p.role,
                 p.rank, p.instance)
     return sorted(procs, key=key)
+
+
+def stragglers(means: list[tuple[dict, float]], factor: float = DEFAULT.straggler_factor,
+               min_processes: int = DEFAULT.straggler_min_processes) -> list[Straggler]:
+    """DpobsDataPlaneStraggler's test, now (without its `for:`): per (job, role, op), with at
+    least min_processes processes, each whose mean latency is at least factor x the median
+    of them all (the median of an even count is the mean of the middle two, as PromQL's
+    quantile(0.5)). `means`: (labels with the process identity and op, mean seconds)."""
+    roles: dict[tuple, list[tuple[dict, float]]] = {}
+    for labels, mean in means:
+        roles.setdefault((labels.get("job", ""), labels.get("role", ""), labels.get("op", "")),
+                         []).append((labels, mean))
+    out = []
+    for members in roles.values():
+        median = statistics.median(m for _, m in members)
+        if len(members) < min_processes or median <= 0:
+            continue
+        out += [Straggler(*(lab.get(k, "") for k in ("job", "role", "rank", "node", "instance",
+                                                     "op")), mean, median)
+                for lab, mean in members if mean >= factor * median]
+    return sorted(out, key=lambda s: (-s.ratio, s.job, s.role, s.op, s.rank))

@@ -9,11 +9,14 @@ import time
 
 from .. import names
 from ..readback.prometheus import Prometheus, PrometheusError
-from .model import Alert, Answers, Job, Op, Process, worst_first
+from .model import Alert, Answers, Job, Op, Process, stragglers, worst_first
 
 JOB_RULES = {  # Job attribute -> the recording rule (one series per job)
     "frac_of_step": names.JOB_FRAC_OF_STEP,
     "max_frac_of_step": names.JOB_MAX_FRAC_OF_STEP,
+    "busy_frac": names.JOB_BUSY_FRAC_OF_STEP,
+    "exposed_frac": names.JOB_EXPOSED_FRAC_OF_STEP,
+    "max_exposed_frac": names.JOB_MAX_EXPOSED_FRAC_OF_STEP,
     "outstanding_bytes": names.JOB_OUTSTANDING_BYTES,
     "guard_checked": names.JOB_GUARD_CHECKED,
     "guard_mismatched": names.JOB_GUARD_MISMATCHED,
@@ -27,6 +30,10 @@ OP_RULES = {  # Op attribute -> the recording rule (one series per job and op)
 }
 BYTES = f"sum by (job, direction) ({names.JOB_OP_DIRECTION_BYTES})"
 PER_PROCESS = names.INSTANCE_FRAC_OF_STEP
+PROCESS_RULES = {  # Process attribute -> the recording rule (one series per process)
+    "busy_frac": names.INSTANCE_BUSY_FRAC_OF_STEP,
+    "exposed_frac": names.INSTANCE_EXPOSED_FRAC_OF_STEP,
+}
 # Every target that serves dpobs series carries role (file_sd or scrape config labels).
 TARGETS = 'up{role!=""}'
 WINDOW_S = 300.0  # the rules' 5m
@@ -50,9 +57,10 @@ class RulesSource:
             procs = self._processes()
             jobs = self._jobs({p.job for p in procs})
             alerts = self._alerts()
+            slow = stragglers(self.query(names.INSTANCE_OP_MEAN))
         except PrometheusError as e:
             return Answers(self.describe(), None, now, error=str(e))
-        return Answers(self.describe(), WINDOW_S, now, worst_first(procs), jobs, alerts)
+        return Answers(self.describe(), WINDOW_S, now, worst_first(procs), jobs, alerts, slow)
 
     def _processes(self) -> list[Process]:
         def key(m: dict) -> tuple:
@@ -68,6 +76,11 @@ class RulesSource:
         for k, v in fracs.items():  # a rule series whose target has gone: still an answer
             if k not in procs:
                 procs[k] = Process(job=k[0], node=k[1], instance=k[2], role=k[3], frac_of_step=v)
+        for attr, expr in PROCESS_RULES.items():
+            for m, v in self.query(expr):
+                p = procs.get(key(m))
+                if p is not None and p.up and math.isfinite(v):
+                    setattr(p, attr, v)
         return list(procs.values())
 
     def _by_job(self, expr: str) -> dict[str, float]:

@@ -12,6 +12,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from ..mixin.config import DEFAULT
 from ..names import PROCESS_IDENTITY
 from .model import Answers
 
@@ -19,6 +20,7 @@ UNITS = ("B", "kB", "MB", "GB", "TB")
 DASH = "-"
 # An alert's labels worth a column of text: which process, and which op or field.
 ALERT_LABELS = frozenset((*PROCESS_IDENTITY, "op", "field"))
+FACTOR = f"{DEFAULT.straggler_factor:g}x"  # DpobsDataPlaneStraggler's, from the one Config
 SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 
 
@@ -79,12 +81,19 @@ def header(a: Answers, every_s: float | None) -> Text:
                          f" · {stamp}{refresh}")
 
 
+# What the three fractions of step time mean, said once under the jobs table.
+FRACTIONS = ("frac_of_step: op-seconds (overlaps add up) · busy: a call in flight · "
+             "exposed: steps waited on data (the stall)")
+
+
 def jobs_table(a: Answers) -> Table:
-    t = _table("Jobs", "job", "frac_of_step", "slowest proc", "read", "write",
-               "outstanding", "guard checked", "mismatched")
+    t = _table("Jobs", "job", "frac_of_step", "slowest proc", "busy", "exposed",
+               "most stalled", "read", "write", "outstanding", "guard checked", "mismatched")
+    t.caption, t.caption_justify = FRACTIONS, "left"
     for j in a.jobs:
         bad = j.guard_mismatched is not None and j.guard_mismatched > 0
-        t.add_row(j.job, pct(j.frac_of_step), pct(j.max_frac_of_step),
+        t.add_row(j.job, pct(j.frac_of_step), pct(j.max_frac_of_step), pct(j.busy_frac),
+                  pct(j.exposed_frac), pct(j.max_exposed_frac),
                   size(j.read_bytes_per_s, "/s"), size(j.write_bytes_per_s, "/s"),
                   size(j.outstanding_bytes),
                   count(j.guard_checked),
@@ -105,12 +114,26 @@ def ops_table(a: Answers) -> Table:
 def processes_table(a: Answers) -> Table:
     down = sum(not p.up for p in a.processes)
     t = _table(f"Processes ({len(a.processes) - down} up, {down} down), worst frac_of_step "
-               "first", "job", "role", "rank", "node", "instance", "frac_of_step", "state")
+               "first", "job", "role", "rank", "node", "instance", "frac_of_step", "busy",
+               "exposed", "state")
     for p in a.processes:
         state = Text("up", style="green") if p.up else Text(
             "DOWN" + (f" ({p.error})" if p.error else ""), style="bold red")
         t.add_row(p.job, p.role, p.rank or DASH, p.node or DASH, p.instance,
-                  pct(p.frac_of_step), state)
+                  pct(p.frac_of_step), pct(p.busy_frac), pct(p.exposed_frac), state)
+    return t
+
+
+def stragglers_text(a: Answers) -> Table | Text:
+    """The processes DpobsDataPlaneStraggler's test names now (before its `for:`)."""
+    if not a.stragglers:
+        return Text(f"Stragglers: none (no process at {FACTOR} its role's median latency)",
+                    style="green")
+    t = _table(f"Stragglers: mean latency of an op at {FACTOR} or more its role's median",
+               "job", "role", "rank", "node", "instance", "op", "mean ms", "role median ms", "x")
+    for s in a.stragglers:
+        t.add_row(s.job, s.role, s.rank or DASH, s.node or DASH, s.instance, s.op,
+                  ms(s.mean_s), ms(s.median_s), Text(sig(s.ratio), style="bold yellow"))
     return t
 
 
@@ -135,5 +158,6 @@ def frame(a: Answers, every_s: float | None = None) -> Group:
     if a.error:
         parts.append(Text(f"source error: {a.error}", style="bold red"))
     # Alerts above the tables: a terminal too short for every process crops the bottom.
-    parts += [alerts_text(a), jobs_table(a), ops_table(a), processes_table(a)]
+    parts += [alerts_text(a), jobs_table(a), stragglers_text(a), ops_table(a),
+              processes_table(a)]
     return Group(*parts)

@@ -76,6 +76,13 @@ def test_shares_and_fractions_track_the_truth(results):
             slack = 0.01 + eps * max(truth, whole["roles"][role])
             assert _between(rules, truth, whole["roles"][role], slack), (
                 name, role, rules, truth, whole["roles"][role], slack)
+        # Busy and exposed: the job's rules against the workload's clock, between the
+        # measured steps' and the whole run's, as for the roles.
+        for what in ("busy", "exposed"):
+            rules, truth = r["critical"][what]
+            slack = 0.01 + eps * max(truth, whole["critical"][what])
+            assert _between(rules, truth, whole["critical"][what], slack), (
+                name, what, rules, truth, whole["critical"][what], slack)
         # The guard's time is one part of dpobs's own, beside the client's and the codec's.
         assert 0 < r["guard"] < r["own"], name
 

@@ -53,7 +53,8 @@ def rules_of(files: dict[str, str], name: str) -> list[dict]:
 ALERTS, RECORDING = "dpobs-alerts.rules.yml", "dpobs-recording.rules.yml"
 KNOBS = Config(frac_of_step_warning=0.3, frac_of_step_critical=0.7, frac_of_step_for="7m",
                error_ratio_warning=0.02, error_ratio_critical=0.2, error_ratio_critical_for="2m",
-               overhead_info=0.1, outstanding_bytes_floor=12345, target_down_for="9m")
+               overhead_info=0.1, outstanding_bytes_floor=12345, target_down_for="9m",
+               straggler_factor=3.5, straggler_for="20m")
 # (alert, severity) -> the knobs that must decide it: (comparison, threshold, for)
 EXPECTED = {
     ("DpobsDataPlaneDominatesStep", "warning"): (">", 0.3, "7m"),
@@ -63,6 +64,7 @@ EXPECTED = {
     ("DpobsInstrumentationOverheadHigh", "info"): (">", 0.1, "30m"),
     ("DpobsOutstandingBytesGrowing", "warning"): (">", 12345, "1h"),
     ("DpobsTargetDown", "warning"): ("==", 0, "9m"),
+    ("DpobsDataPlaneStraggler", "warning"): (">=", 3.5, "20m"),
 }
 
 
@@ -76,7 +78,7 @@ def test_alert_thresholds_and_durations_come_from_the_config():
 def test_dashboards_read_thresholds_from_the_config():
     dash = json.loads(build(KNOBS)["dashboards/dpobs-overview.json"])
     panels = [p for r in dash["panels"] for p in ([r] + r.get("panels", []))]
-    (now,) = [p for p in panels if p["title"] == "Data-plane fraction of step (now)"]
+    (now,) = [p for p in panels if p["title"] == "Exposed fraction of step (now)"]
     steps = [s["value"] for s in now["fieldConfig"]["defaults"]["thresholds"]["steps"]]
     assert steps == [None, 0.3, 0.7]
     assert "Yellow at 30%, red at 70%" in now["description"]

@@ -91,12 +91,18 @@ def expected(reports: list[dict]) -> dict[str, float]:
     return out
 
 
+CRITICAL_PATH = ("busy_s", "exposed_s")
+
+
 def assert_matches(got: dict, reports: list[dict]) -> None:
-    want = expected(reports)
+    want = {k: v for k, v in expected(reports).items()
+            if k[len(P):] not in CRITICAL_PATH}
     additive = {k for k in got if not k.endswith(("/share", "_frac", "frac_of_step",
-                                                  "frac_of_step_max", "outstanding_mb",
-                                                  "scrape_s")) and "/processes" not in k}
+                                                  "frac_of_step_max", "exposed_frac_max",
+                                                  "outstanding_mb", "scrape_s"))
+                and "/processes" not in k and k[len(P):] not in CRITICAL_PATH}
     assert additive == set(want), sorted(additive ^ set(want))
+    assert_critical_path(got, reports)
     for k, v in want.items():
         if k.endswith("/mb"):
             assert round(got[k] * 1e6) == round(v * 1e6), k  # bytes, exactly
@@ -115,6 +121,20 @@ def assert_matches(got: dict, reports: list[dict]) -> None:
             want[f"{P}op/{op}/seconds"] / want[P + "data_plane_s"], rel=1e-9)
     assert round(got[P + "outstanding_mb"] * 1e6) == round(
         sum(r["last"]["dpobs/outstanding_mb"] for r in reports) * 1e6)
+
+
+def assert_critical_path(got: dict, reports: list[dict]) -> None:
+    """busy and exposed: the processes' own step_metrics sums (a process whose step_metrics
+    has no such key had none: its counters were never incremented)."""
+    step = {id(r): r["sum"]["dpobs/step_s"] for r in reports}
+    own = {k: {id(r): r["sum"].get(f"dpobs/{k}", 0.0) for r in reports} for k in CRITICAL_PATH}
+    for k in CRITICAL_PATH:
+        assert got[P + k] == pytest.approx(sum(own[k].values()), rel=1e-9, abs=1e-12), k
+        frac = k.replace("_s", "_frac")
+        assert got[P + frac] == pytest.approx(sum(own[k].values()) / sum(step.values()),
+                                              rel=1e-9, abs=1e-12), frac
+    assert got[P + "exposed_frac_max"] == pytest.approx(
+        max(own["exposed_s"][i] / step[i] for i in step), rel=1e-9, abs=1e-12)
 
 
 def counts(got: dict) -> tuple:
