@@ -1,7 +1,7 @@
 """put / get latency on a live TransferQueue, bare vs through dpobs (guard off / on).
 
     .venv/bin/python benchmarks/transferqueue.py [--rows 256] [--iters 30] [--runs 5]
-                                                 [--alternatives]
+                                                 [--alternatives] [--row-age]
 
 Starts a private local Ray + TransferQueue (one storage unit, num_cpus=2; dpobs_otel/testing/transferqueue.py)
 and stops it at the end. A 256-row batch shaped like a GRPO rollout (jagged int64 tokens of
@@ -19,6 +19,9 @@ each get ("tags+kv_list"). dpobs+guard carries them in tags read with the rows' 
 "dpobs+guard -fp" is that arm's time minus the guard hooks' own (fingerprint) time; on put
 the fingerprint runs beside TransferQueue's row lookup (protocol.OverlapsGuard), so there
 "-fp" subtracts time that was partly hidden and is a lower bound of the carrying cost.
+
+--row-age adds the instrumented module with row age on, guard off ("dpobs+age": the stamp is
+a tag entry of its own) and guard on ("dpobs+guard+age": one word more in the guard's entry).
 """
 from __future__ import annotations
 
@@ -69,6 +72,9 @@ def make_arms(tq, td, keys, select, tels, alternatives: bool) -> dict:
 
     arms = {"bare": kv(tq), "dpobs": kv(dtq.instrument(tels[0])),
             "dpobs+guard": kv(dtq.instrument(tels[1]), tel=tels[1])}
+    if len(tels) > 2:  # --row-age
+        arms["dpobs+age"] = kv(dtq.instrument(tels[2]))
+        arms["dpobs+guard+age"] = kv(dtq.instrument(tels[3]), tel=tels[3])
     if alternatives:
         n = len(keys)
         digests = torch.randint(0, 2**32, (n, len(select)), dtype=torch.int64)
@@ -134,7 +140,7 @@ def report(runs: list) -> None:
 
 def own_time(tels) -> None:
     """dpobs's own time per op by component (client, guard, adapter), guard off and on."""
-    for t, name in zip(tels, ("dpobs", "dpobs+guard")):
+    for t, name in zip(tels, ("dpobs", "dpobs+guard", "dpobs+age", "dpobs+guard+age")):
         with t.stats.lock:
             own = dict(t.stats.instr_seconds)
             calls = sum(s.calls for s in t.stats.ops.values())
@@ -149,6 +155,7 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--alternatives", action="store_true")
+    ap.add_argument("--row-age", action="store_true", help="add the row-age arms")
     ap.add_argument("--deadline-s", type=int, default=900)
     a = ap.parse_args()
     # TransferQueue's sync calls have no timeout: a watchdog raises, and finally stops Ray.
@@ -162,8 +169,10 @@ def main() -> None:
     handle = start()
     tels = []
     try:
-        tels = [dpobs.start(role="bench", rank=r, port=0, verify_tensor_hash=g)
-                for r, g in ((0, False), (1, True))]
+        arms = ((False, False), (True, False)) + (((False, True), (True, True))
+                                                   if a.row_age else ())
+        tels = [dpobs.start(role="bench", rank=r, port=0, verify_tensor_hash=g, row_age=age)
+                for r, (g, age) in enumerate(arms)]
         arms = make_arms(tq, td, keys, ["tok", "adv", "mask", "score"], tels, a.alternatives)
         runs = [measure(arms, a.rows, a.iters, a.warmup) for _ in range(a.runs)]
         payload = sum(v.values().nbytes if v.is_nested else v.nbytes for v in td.values())

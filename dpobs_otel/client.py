@@ -20,6 +20,7 @@ class InstrumentedClient(AwaitedOps, Reconciling):
         self._tel = tel
         self._stats = tel.stats
         self._guard = tel.guard
+        self._row_age = getattr(tel, "row_age", None)  # rowage.RowAge, or None (off)
         if self._guard is not None:  # where the guard's hooks run (guard/pool.py)
             from .guard import pool
             self._pool = pool
@@ -51,11 +52,12 @@ class InstrumentedClient(AwaitedOps, Reconciling):
 
     # -- the protocol -----------------------------------------------------------------
     def put_samples(self, sample_ids, partition_id, fields=None, tags=None, **kwargs):
+        # Row age: the stamp column rides beside the guard's digests (sizing sees `fields`).
+        stored = fields if self._row_age is None else self._row_age.stamp(fields)
         t0 = perf_counter()
-        stored = fields
         if self._guard is not None and fields is not None:
-            pending = self._pool.submit(self._guarded, self._guard.before_put, fields,
-                                        sample_ids, partition_id, fields, where=fields)
+            pending = self._pool.submit(self._guarded, self._guard.before_put, stored,
+                                        sample_ids, partition_id, stored, where=stored)
             if self._overlaps_guard:  # the store awaits it after I/O that needs no digests
                 kwargs["pending_fields"] = pending
             else:
@@ -161,7 +163,9 @@ class InstrumentedClient(AwaitedOps, Reconciling):
         select, added, mixed = select_fields, False, False
         if guard is not None:
             select = self._guarded(guard.before_get, select_fields, select_fields)
-            added = select != select_fields  # digest columns were asked for by name
+        if self._row_age is not None:
+            select = self._row_age.select(select)
+        added = select != select_fields  # digest or stamp columns were asked for by name
         t1 = perf_counter()
         step = self._cp.begin(t1)
         try:
@@ -191,6 +195,10 @@ class InstrumentedClient(AwaitedOps, Reconciling):
     def _read_done(self, op, fn, result, t0, t1, t2, sample_ids, partition_id, select_fields,
                    kwargs, added, mixed):
         guard = self._guard
+        if self._row_age is not None:  # ages observed, the stamp column dropped
+            result = self._row_age.observe(
+                op, result, lambda rows, cols: fn(rows, partition_id, cols, **kwargs),
+                sample_ids, mixed)
         if (guard is not None or self._returned_ids is not None) and is_payload(result):
             # Only a TensorDict is checked: anything else goes back untouched.
             result = self._checked(fn, partition_id, kwargs, sample_ids, select_fields,
@@ -213,7 +221,7 @@ class InstrumentedClient(AwaitedOps, Reconciling):
         ids = sample_ids
         if self._returned_ids is not None:
             ids = self._aligned_ids(sample_ids, partition_id, result)
-        if mixed:  # the guard's digest-only reads are billed to component=guard
+        if mixed and guard is not None:  # its digest-only reads are billed to component=guard
             result = self._guarded(
                 guard.recover_digests, result,
                 lambda rows, cols: fn(rows, partition_id, cols, **kwargs),
@@ -264,7 +272,7 @@ class InstrumentedClient(AwaitedOps, Reconciling):
             self._stats.add_time("adapter", perf_counter() - t)
 
     def _call(self, op, fn, args, kwargs, read_result=False):
-        pid = None if self._tracer is None else _partition(args, kwargs)  # for its span
+        pid = None if self._tracer is None else self._tracer.partition_of(args, kwargs)
         t1 = perf_counter()
         step = self._cp.begin(t1)
         try:
@@ -355,8 +363,7 @@ class InstrumentedClient(AwaitedOps, Reconciling):
                     s.window_max = dt
                 st.errors[key] = st.errors.get(key, 0) + 1
             if self._tracer is not None:
-                t = perf_counter()
-                self._tracer.op(op, t - dt, t, None, 0, 0, key[1])
+                self._tracer.failed(op, dt, key[1])
         except Exception as internal:
             self._tel.internal_error("client", internal)
 
@@ -380,14 +387,6 @@ class InstrumentedClient(AwaitedOps, Reconciling):
         except Exception as exc:
             self._tel.internal_error("guard", exc)
             return result
-
-
-def _partition(args, kwargs):
-    """The partition of a generic op, for its span: partition_id= or a leading string."""
-    pid = kwargs.get("partition_id")
-    if pid is None and args and isinstance(args[0], str):
-        pid = args[0]
-    return pid
 
 
 def _put_sizes(fields, tags) -> dict:

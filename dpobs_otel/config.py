@@ -41,6 +41,7 @@ class Settings:
     tls_keyfile: str | None = None
     tls_client_cafile: str | None = None  # when set, clients must present a certificate
     reconcile_rows: int = 16384  # rows put between occupancy reconciliations
+    row_age: bool = False  # rows carry their write time; reads observe their age (rowage.py)
     trace: bool = False  # spans of ops, steps and waits (tracing/), served at /trace
     trace_ring: int = 16384  # spans each process keeps (the oldest go first)
     trace_every: int = 1  # trace one step in this many (ops outside steps follow the process's)

@@ -6,7 +6,8 @@ with no completed step (a fraction of nothing is undefined, not 0); `dpobs/op/<o
 until the op is first used (from then on every window carries it, 0 when idle);
 `dpobs/busy_frac` and `dpobs/exposed_frac` like frac_of_step (over step time);
 `dpobs/codec/<stage>_s` until the stage is first timed; `dpobs/guard/...` whenever the
-guard is off. Every other key is in every dict.
+guard is off; `dpobs/row_age/...` whenever row age is off, and its mean_s and max_s in a
+window that aged no row. Every other key is in every dict.
 """
 from __future__ import annotations
 
@@ -32,10 +33,11 @@ class _Snapshot:
 
 
 class StepMetrics:
-    def __init__(self, stats: Stats, critical, guard=None):
+    def __init__(self, stats: Stats, critical, guard=None, row_age=None):
         self._stats = stats
         self._critical = critical
         self._guard = guard
+        self._row_age = row_age
         self._prev = _Snapshot()
 
     def _snapshot(self) -> _Snapshot:
@@ -82,6 +84,8 @@ class StepMetrics:
             out[f"dpobs/codec/{stage}_s"] = sec - prev.codec.get(stage, 0.0)
         for key, v in now.guard.items():
             out[f"dpobs/guard/{key}"] = v - prev.guard.get(key, 0)
+        if self._row_age is not None:  # row age (rowage.py): its own window, reset here
+            out.update(self._row_age.window())
         size, _ = self._stats.outstanding()
         out["dpobs/outstanding_mb"] = size / MB
         instr = now.instrumentation_s - prev.instrumentation_s

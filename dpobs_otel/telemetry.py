@@ -27,7 +27,8 @@ def _views() -> list[View]:
                     aggregation=ExplicitBucketHistogramAggregation(boundaries=bounds))
     return [hist(names.OP_DURATION, names.OP_BUCKETS),
             hist(names.CODEC_DURATION, names.OP_BUCKETS),
-            hist(names.STEP_DURATION, names.STEP_BUCKETS)]
+            hist(names.STEP_DURATION, names.STEP_BUCKETS),
+            hist(names.ROW_AGE, names.OP_BUCKETS)]
 
 
 class Telemetry:
@@ -51,7 +52,11 @@ class Telemetry:
         if s.verify_tensor_hash:
             from .guard import WireGuard  # off by default: no digest code runs without it
             self.guard = WireGuard(meter, self.internal_error)
-        self._step_metrics = StepMetrics(self.stats, self.critical, self.guard)
+        self.row_age = None
+        if s.row_age:
+            from .rowage import RowAge  # off by default: rows carry no stamp without it
+            self.row_age = RowAge(meter, self)
+        self._step_metrics = StepMetrics(self.stats, self.critical, self.guard, self.row_age)
         self.tracer = self._otlp = None
         if s.trace:  # off by default: nothing of tracing/ is imported without it
             from .tracing import attach
@@ -313,9 +318,9 @@ def start(role: str | None = None, rank: int | None = None, *, job: str | None =
           verify_tensor_hash: bool | None = None, advertise_host: str | None = None,
           tls_certfile: str | None = None, tls_keyfile: str | None = None,
           tls_client_cafile: str | None = None, reconcile_rows: int | None = None,
-          trace: bool | None = None, trace_ring: int | None = None,
-          trace_every: int | None = None, node: str | None = None,
-          exporters=None) -> "Telemetry | DisabledTelemetry":
+          row_age: bool | None = None, trace: bool | None = None,
+          trace_ring: int | None = None, trace_every: int | None = None,
+          node: str | None = None, exporters=None) -> "Telemetry | DisabledTelemetry":
     """Start dpobs in this process and return its Telemetry.
 
     Every argument left None comes from its DPOBS_<NAME> environment variable, then the
@@ -323,19 +328,20 @@ def start(role: str | None = None, rank: int | None = None, *, job: str | None =
     Explicit arguments are validated like environment values. advertise_host: the host
     written into file_sd when host is a wildcard. tls_*: serve /metrics over TLS, mutual
     when tls_client_cafile is set. reconcile_rows: rows put between occupancy
-    reconciliations. trace: spans of ops, steps and waits, served at /trace; trace_ring: the
+    reconciliations. row_age: rows carry their write time and reads observe their age
+    (rowage.py). trace: spans of ops, steps and waits, served at /trace; trace_ring: the
     spans each process keeps; trace_every: trace one step in this many; node: the node on
-    the spans (default the host name); docs/timeline.md says more (OTLP included).
-    exporters: replace the default Prometheus exporter (see dpobs_otel.exporters). OTEL_SDK_DISABLED=true or DPOBS_DISABLED=1 turns dpobs off: the
-    result instruments nothing and serves nothing."""
+    the spans (default the host name); docs/timeline.md. exporters: replace the default
+    Prometheus exporter (see dpobs_otel.exporters). OTEL_SDK_DISABLED=true or
+    DPOBS_DISABLED=1 turns dpobs off: the result instruments nothing and serves nothing."""
     if disabled():
         return DisabledTelemetry()
     settings = Settings.resolve(
         role=role, rank=rank, job=job, host=host, port=port, sd_dir=sd_dir,
         verify_tensor_hash=verify_tensor_hash, advertise_host=advertise_host,
         tls_certfile=tls_certfile, tls_keyfile=tls_keyfile,
-        tls_client_cafile=tls_client_cafile, reconcile_rows=reconcile_rows, trace=trace,
-        trace_ring=trace_ring, trace_every=trace_every, node=node)
+        tls_client_cafile=tls_client_cafile, reconcile_rows=reconcile_rows, row_age=row_age,
+        trace=trace, trace_ring=trace_ring, trace_every=trace_every, node=node)
     return Telemetry(settings, exporters)
 
 
@@ -349,7 +355,7 @@ class DisabledTelemetry:
     """What start() returns when dpobs is switched off: the user's code runs unchanged."""
 
     settings = None
-    guard = tracer = None
+    guard = row_age = tracer = None
     endpoint = url = registry = None
 
     def instrument(self, inner):

@@ -14,7 +14,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
+from tensordict import TensorDict
 
 import dpobs_otel as dpobs
 from helpers import IN_CI, design
@@ -93,7 +95,7 @@ def test_built_modules_import(module):
 
 @pytest.fixture(scope="module")
 def exercised():
-    tel = dpobs.start(role="contract", rank=0, port=0, verify_tensor_hash=True)
+    tel = dpobs.start(role="contract", rank=0, port=0, verify_tensor_hash=True, row_age=True)
     exercise(tel)
     yield tel
     tel.shutdown()
@@ -116,11 +118,14 @@ def test_built_api_exists(exercised):
 def _one_op(tel) -> None:
     store = dpobs.InMemoryDataPlane()
     store.register_partition("p")
-    tel.instrument(store).list_sample_ids("p")
+    client = tel.instrument(store)
+    client.list_sample_ids("p")
+    client.put_samples(["r"], "p", TensorDict({"x": torch.zeros(1)}, [1]))
+    client.get_samples(["r"], "p")  # a row read back: row age's keys have a value
 
 
 def test_built_step_metrics_keys_are_reported():
-    tel = dpobs.start(role="contract", rank=0, port=0)
+    tel = dpobs.start(role="contract", rank=0, port=0, row_age=True)
     try:
         with tel.step():
             _one_op(tel)
@@ -131,7 +136,7 @@ def test_built_step_metrics_keys_are_reported():
 
 
 def test_built_cluster_view_keys_are_reported(tmp_path):
-    tel = dpobs.start(role="contract", rank=0, port=0, sd_dir=str(tmp_path))
+    tel = dpobs.start(role="contract", rank=0, port=0, sd_dir=str(tmp_path), row_age=True)
     try:
         tel.cluster_step_metrics(str(tmp_path))
         with tel.step():

@@ -38,6 +38,8 @@ class Config:
     rollout_ms: float = 0.0  # compute per step: the rollout's before its put,
     train_ms: float = 0.0  # each trainer's after its reads
     job: str | None = None  # the Prometheus job (None: DPOBS_JOB, else "dpobs")
+    async_k: int = 0  # --async K: no barrier, the rollout up to K steps ahead (asynchronous.py)
+    row_age: bool = False  # dpobs.start(row_age=True) in every process
     trace: bool = False  # spans in every process (dpobs.start(trace=True))
 
     def roles(self) -> list[tuple[str, int]]:

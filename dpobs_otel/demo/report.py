@@ -23,6 +23,7 @@ from ..testing.stack import Stack, binaries
 from .backends import BACKENDS, available
 from .batches import Config
 from .critical import critical_path_lines
+from .queue import add_queue_arguments, check_queue, queue_lines
 from .truth import Durations
 from .workload import Workload
 
@@ -30,11 +31,9 @@ MB = 1e6
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--backend", choices=BACKENDS, default="memory",
-                   help="the data plane the workload runs on (default memory: the embedded "
-                        "store)")
-    p.add_argument("--job", default=None, help="Prometheus job label (default: DPOBS_JOB, "
-                                               "else dpobs)")
+    p.add_argument("--backend", choices=BACKENDS, default="memory", help="the data plane "
+                   "the workload runs on (default memory: the embedded store)")
+    p.add_argument("--job", help="Prometheus job label (default: DPOBS_JOB, else dpobs)")
     p.add_argument("--steps", type=int, default=200, help="measured steps (default 200)")
     p.add_argument("--trainers", type=int, default=2, help="trainer processes (default 2)")
     p.add_argument("--batch-size", type=int, default=64, help="rows per step (default 64)")
@@ -53,6 +52,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="compute per step of the rollout, before its put (default 0)")
     p.add_argument("--train-ms", type=float, default=0.0, metavar="MS",
                    help="compute per step of each trainer, after its reads (default 0)")
+    add_queue_arguments(p)
     p.add_argument("--duration", type=float, default=None, metavar="SECONDS",
                    help="run this long instead of --steps; 0 = until stopped")
     p.add_argument("--stack", choices=("auto", "off"), default="auto",
@@ -66,9 +66,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="host name written into file_sd (when --host is a wildcard)")
     add_trace_flag(p)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--log-dir", default=None, metavar="DIR",
-                   help="where the backend's own logs go (default: a new folder under the "
-                        "temp dir)")
+    p.add_argument("--log-dir", default=None, metavar="DIR", help="where the backend's own "
+                   "logs (and --trace's files) go (default: a new folder under the temp dir)")
 
 
 def config(args) -> Config:
@@ -78,15 +77,16 @@ def config(args) -> Config:
         raise SystemExit("dpobs demo: need 1 <= --min-len <= --max-len")
     if args.rollout_ms < 0 or args.train_ms < 0:
         raise SystemExit("dpobs demo: --rollout-ms and --train-ms cannot be negative")
+    check_queue(args)
     missing = available(args.backend)
     if missing:
         raise SystemExit(f"dpobs demo: --backend {args.backend} needs: {missing}")
     return Config(steps=args.steps, trainers=args.trainers, batch_size=args.batch_size,
-                  min_len=args.min_len, max_len=args.max_len,
+                  min_len=args.min_len, max_len=args.max_len, duration=args.duration,
                   latency_s=args.store_latency_ms / 1e3, verify=args.verify_tensor_hash,
-                  corrupt_at=args.corrupt_at_step, duration=args.duration,
+                  corrupt_at=args.corrupt_at_step, seed=args.seed, job=args.job, trace=args.trace,
                   sd_dir=args.sd_dir, host=args.host, advertise_host=args.advertise_host,
-                  seed=args.seed, backend=args.backend, job=args.job, trace=args.trace,
+                  backend=args.backend, async_k=args.async_k, row_age=args.row_age,
                   prefetch=args.prefetch, rollout_ms=args.rollout_ms, train_ms=args.train_ms)
 
 
@@ -273,7 +273,7 @@ def report(res: Result, stack: Stack | None, cfg: Config) -> str:
                      f"{frac_of_step(res.truth[k]):>8.1%}"
                      f"{'-' if p is None else format(p, '.1%'):>12}")
     lines += critical_path_lines(res, stack)
-    lines.append(_guard_line(samples, cfg))
+    lines += queue_lines(res, cfg) + [_guard_line(samples, cfg)]
     if res.cluster is not None:
         lines.append("\nCluster view (tel.cluster_step_metrics(sd_dir), the measured steps)\n"
                      + cluster_text(*res.cluster))

@@ -80,6 +80,7 @@ class Truth:
         self.bytes: dict[tuple[str, str], int] = {}
         self.step_spans: list[tuple[float, float]] = []
         self.waits: list[tuple[float, float]] = []  # the step thread waiting for a prefetch
+        self.extra: dict = {}  # what a mode adds to the truth (asynchronous.py: row_age)
 
     def moved(self, op: str, direction: str, nbytes: int) -> None:
         key = (op, direction)
@@ -108,7 +109,8 @@ class Truth:
         out = {"steps": self.steps, "step_s": self.step_s, "bytes": self.bytes,
                "ops": self.timed.durations,
                "busy_s": length(intersect(union((a, b) for a, b, _ in calls), steps)),
-               "exposed_s": length(intersect(union(mine + self.waits), steps))}
+               "exposed_s": length(intersect(union(mine + self.waits), steps)), **self.extra}
+        self.extra = {}
         self.steps, self.step_s, self.bytes, self.timed.durations = 0, 0.0, {}, {}
         self.step_spans, self.waits = [], []
         return out

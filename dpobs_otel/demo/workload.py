@@ -33,7 +33,7 @@ from time import perf_counter
 import torch
 from tensordict import TensorDict
 
-from . import backends
+from . import asynchronous, backends
 from .batches import (FIELDS_LOGPROB_PASS, FIELDS_TRAIN_PASS, PARTITION, ROLE_OPS, Config,
                       make_rows, pack, sample_ids, truth_nbytes, unpack)
 from ..testing.processes import Managed, die_with_parent
@@ -49,6 +49,7 @@ class Sync:
     stop: object  # Event: the parent asks for a stop at the next step boundary
     measure: object  # Event: the warm-up has been scraped; measured steps may start
     release: object  # Event: the parent has read the final metrics; endpoints may close
+    queue: object = None  # asynchronous.Queue of an --async run
 
 
 def _process(role, rank, cfg: Config, spec, sync: Sync, out) -> None:
@@ -62,7 +63,7 @@ def _process(role, rank, cfg: Config, spec, sync: Sync, out) -> None:
     try:
         tel = dpobs.start(role=role, rank=rank, job=cfg.job, sd_dir=cfg.sd_dir, host=cfg.host,
                           advertise_host=cfg.advertise_host, verify_tensor_hash=cfg.verify,
-                          trace=cfg.trace or None)
+                          row_age=cfg.row_age, trace=cfg.trace or None)
         raw = backends.connect(spec)
         timed = Timed(raw, ROLE_OPS[role])
         client = tel.instrument(timed)
@@ -135,6 +136,8 @@ class _Worker:
         self.next = None  # the prefetched shard's future
 
     def loop(self) -> None:
+        if self.cfg.async_k:
+            return asynchronous.loop(self, _compute)
         sync, step, t_prev, on = self.sync, 0, 0.0, True
         while True:
             if self.role == "rollout":
@@ -166,9 +169,12 @@ class _Worker:
         if step == 0:
             return True
         if step == 1:
-            _wait_parent(self.sync.measure)
+            self._wait_measure()
         return not self.sync.stop.is_set() and (self.cfg.duration is not None
                                                 or step <= self.cfg.steps)
+
+    def _wait_measure(self) -> None:
+        _wait_parent(self.sync.measure)
 
     def rollout(self, step: int) -> None:
         _compute(self.cfg.rollout_ms)
@@ -268,7 +274,9 @@ class Workload(Managed):
                                        initializer=die_with_parent)
         roles = self.cfg.roles()
         self.sync = Sync(ctx.Barrier(len(roles), timeout=BARRIER_TIMEOUT_S), ctx.Value("b", 0),
-                         ctx.Event(), ctx.Event(), ctx.Event())
+                         ctx.Event(), ctx.Event(), ctx.Event(),
+                         asynchronous.Queue.make(ctx, self.cfg.trainers, self.cfg.async_k)
+                         if self.cfg.async_k else None)
         self._queue = ctx.Queue()
         for role, rank in roles:
             p = ctx.Process(target=_process, name=f"dpobs-{role}-{rank}", daemon=True,

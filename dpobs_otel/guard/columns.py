@@ -15,6 +15,11 @@ from .reference import VERSION
 DIGEST_PREFIX = f"__dpobs_digest_v{VERSION}__:"
 _ANY_VERSION = re.compile(r"__dpobs_digest(?:_v(\d+))?__:")
 
+# Row age's write-time column (rowage.py) lives in this family, so that everything that
+# keeps digests out of the caller's data keeps it out too; "%" never starts an escaped field
+# key, so no digest column has this name. The guard neither fingerprints nor counts it.
+STAMP = DIGEST_PREFIX + "%stamp"
+
 # Rows whose digest column holds one of these were not fingerprinted by the writer: the reader
 # counts them unverified. Both lie outside [0, 2^32), where every real digest lies.
 NONTENSOR_SENTINEL = 0x6E6F6E2D74656E73  # "non-tens": the field was not a tensor at put

@@ -30,7 +30,7 @@ import torch
 
 from .. import names, nested
 from . import pool
-from .columns import (NONTENSOR_SENTINEL, UNRECORDED_SENTINEL, digest_name, field_key,
+from .columns import (NONTENSOR_SENTINEL, STAMP, UNRECORDED_SENTINEL, digest_name, field_key,
                       is_digest_field, is_non_tensor, is_tensordict, label, leaves,
                       other_version_fields, strip_digests)
 from .counts import GuardCounts
@@ -157,7 +157,8 @@ class WireGuard:
         todo = []
         for path, value in leaves(fields):
             if is_digest_field(path[0]):
-                self._skip("reserved_name")  # a caller-supplied column under our prefix
+                if path[0] != STAMP:  # row age's stamp is ours; anything else the caller's
+                    self._skip("reserved_name")  # a caller-supplied column under our prefix
                 continue
             todo.append((path, value))
         done = _spread(lambda item: self._record(item[0], item[1], salts, n), todo, salts)

@@ -59,6 +59,15 @@ class Config:
     guard_failing_for: str = "5m"
     guard_blind_for: str = "15m"
     instrumentation_errors_for: str = "5m"
+    # Who waits for whom (the overview's queue row, `dpobs top`, the demo's report; verdict
+    # in readback/verdict.py): the roles that put rows and the roles that read them (regular
+    # expressions over the role label), consumers waiting for rows (exposed time with no op
+    # in flight: exposed - busy) more than this fraction of their step time, rows older at
+    # read than this many consumer steps.
+    producer_roles: str = "rollout"
+    consumer_roles: str = "trainer"
+    queue_wait_frac: float = 0.25
+    queue_age_steps: float = 1.0
 
     # -- PromQL helpers: the one place that decides how selectors and groupings look ------
     def labels(self, *names: str) -> str:

@@ -14,6 +14,7 @@ from grafana_foundation_sdk.models.dashboard import DashboardCursorSync
 
 from .. import names as n
 from .config import DEFAULT, Config
+from .queue_panels import queue_panels
 from .panels import (SECONDS_PER_SECOND, Query, dashboard_link, datasource_variable,
                      heatmap_panel, label_variable, row, stat_panel, table_panel, thresholds,
                      timeseries_panel)
@@ -291,7 +292,8 @@ def overview(c: Config = DEFAULT) -> dashboard.Dashboard:
                 ("Latency", _latency_panels(c)),
                 ("Volume, occupancy, errors", _volume_panels(c)),
                 ("Codec and instrumentation cost", _cost_panels(c)),
-                ("Wire guard", _guard_panels(c))]
+                ("Wire guard", _guard_panels(c)),
+                ("Who waits for whom: the queue", queue_panels(c, _job(c), _matchers(c, "job", "node")))]
     return _layout(d, sections)
 
 

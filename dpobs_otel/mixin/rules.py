@@ -141,6 +141,22 @@ def _guard_rules(c: Config) -> list[Rule]:
     ]
 
 
+def _row_age_rules(c: Config) -> list[Rule]:
+    age = n.ROW_AGE_SERIES
+    rows = _rate(c, f"{age}_count", "job", "op")
+    out = [Rule({"record": n.JOB_OP_ROW_AGE_MEAN,
+                 "expr": f"{_rate(c, f'{age}_sum', 'job', 'op')}\n  / ({rows} > 0)\n"},
+                "Row age (opt-in, rowage.py): how long the rows read had sat in the store since\n"
+                "their put. Ages across nodes are as good as the nodes' clocks.")]
+    for q in n.ROW_AGE_QUANTILES:
+        out.append(Rule({
+            "record": n.JOB_OP_ROW_AGE_QUANTILE,
+            "expr": f"histogram_quantile({q}, {_rate(c, f'{age}_bucket', 'job', 'op', 'le')})\n"
+                    f"  and {c.on('job', 'op')} ({rows} > 0)\n",
+            "labels": {"quantile": q}}))
+    return out
+
+
 def _agent_rules(c: Config) -> list[Rule]:
     up = c.sel("up", 'node!=""')
     return [Rule(
@@ -153,7 +169,7 @@ def _agent_rules(c: Config) -> list[Rule]:
 
 def recording_groups(c: Config) -> list[Group]:
     rules = (_time_rules(c) + _frac_rules(c) + _latency_rules(c) + _volume_rules(c)
-             + _guard_rules(c) + _agent_rules(c))
+             + _guard_rules(c) + _row_age_rules(c) + _agent_rules(c))
     return [Group("dpobs-recording", rules)]
 
 

@@ -13,7 +13,9 @@ processes' busy and exposed counters, summed) with busy_frac and exposed_frac (t
 step time, absent like frac_of_step) and exposed_frac_max (the most stalled process), op/<op>/{seconds, calls,
 errors, mb, share}, codec/<stage>_s, instrumentation_s and _frac, outstanding_mb (the
 gauges now, summed), guard/... (present when any summed process exports guard series,
-absent otherwise), plus frac_of_step_max (the highest one process's fraction), processes,
+absent otherwise), row_age/rows and row_age/mean_s (the rows the processes aged in the
+window and their mean age; absent when none), plus
+frac_of_step_max (the highest one process's fraction), processes,
 processes_unreachable, processes_restarted, processes_lost, scrape_s (what the call cost),
 and staleness_s for a Prometheus source (how old the oldest process's newest sample is). No
 per-op maximum: a maximum cannot be differenced from counters.
@@ -68,6 +70,8 @@ def delta(prev: ProcessTotals | None, now: ProcessTotals) -> ProcessTotals:
         ops[op] = OpTotals(**kw, buckets=_sub(o.buckets, p.buckets))
     guard = None if now.guard is None else _sub(now.guard, prev.guard or {})
     return replace(now, ops=ops, steps=now.steps - prev.steps,
+                   row_age_seconds=now.row_age_seconds - prev.row_age_seconds,
+                   row_age_rows=now.row_age_rows - prev.row_age_rows,
                    step_seconds=now.step_seconds - prev.step_seconds,
                    busy_seconds=now.busy_seconds - prev.busy_seconds,
                    exposed_seconds=now.exposed_seconds - prev.exposed_seconds,
@@ -181,6 +185,7 @@ def metrics(w: Window) -> dict[str, float]:
     guards = [d.guard for d in procs if d.guard is not None]
     if guards:
         _sum_into(out, p + "guard/", "", guards)
+    _row_age_into(out, p, procs)
     out[p + "outstanding_mb"] = w.outstanding_bytes / MB
     instr = sum(sum(d.instrumentation_seconds.values()) for d in procs)
     out[p + "instrumentation_s"] = instr
@@ -191,6 +196,15 @@ def metrics(w: Window) -> dict[str, float]:
     if w.staleness_s is not None:
         out[p + "staleness_s"] = w.staleness_s
     return out
+
+
+def _row_age_into(out: dict, p: str, procs: list[ProcessTotals]) -> None:
+    """row_age/rows and row_age/mean_s, when the processes aged rows in the window (the
+    counters cannot tell row age off from no read). No maximum: it cannot be differenced."""
+    rows = sum(d.row_age_rows for d in procs)
+    if rows > 0:
+        out[p + "row_age/rows"] = rows
+        out[p + "row_age/mean_s"] = sum(d.row_age_seconds for d in procs) / rows
 
 
 def _critical_path(procs: list[ProcessTotals], step_s: float) -> dict[str, float]:

@@ -92,6 +92,8 @@ class ProcessTotals:
     step_seconds: float = 0.0
     busy_seconds: float = 0.0  # DESIGN.md "Time on the critical path"
     exposed_seconds: float = 0.0
+    row_age_seconds: float = 0.0  # the row-age histogram's sum and count, over ops
+    row_age_rows: float = 0.0
     codec_seconds: dict[str, float] = field(default_factory=dict)
     instrumentation_seconds: dict[str, float] = field(default_factory=dict)
     instrumentation_errors: dict[str, float] = field(default_factory=dict)
@@ -187,7 +189,9 @@ _OP_COUNTERS = {names.OP_ERRORS_SERIES: "errors", names.KEYS_SERIES: "keys",
                 names.ROWS_MISSING_SERIES: "missing"}
 _STEP = {names.STEP_DURATION_SERIES + "_count": "steps",  # series -> ProcessTotals field
          names.STEP_DURATION_SERIES + "_sum": "step_seconds",
-         names.STEP_BUSY_SERIES: "busy_seconds", names.STEP_EXPOSED_SERIES: "exposed_seconds"}
+         names.STEP_BUSY_SERIES: "busy_seconds", names.STEP_EXPOSED_SERIES: "exposed_seconds",
+         names.ROW_AGE_SERIES + "_sum": "row_age_seconds",
+         names.ROW_AGE_SERIES + "_count": "row_age_rows"}
 _GUARD_KINDS = {names.GUARD_RECORDED_SERIES: "recorded", names.GUARD_CHECKED_SERIES: "checked",
                 names.GUARD_MISMATCHED_SERIES: "mismatched",
                 names.GUARD_UNVERIFIED_SERIES: "unverified"}

@@ -11,11 +11,16 @@ from typing import Any
 
 from tensordict import TensorDict, TensorDictBase
 
-from .rows import Key, assemble, check_ids, check_put, selected_keys, split_columns
+from .rows import (STAMP_KEY, Key, assemble, check_ids, check_put, read_stamps, selected_keys,
+                   split_columns, take_stamps)
 
 
 class InMemoryDataPlane:
     """A thread-safe key-value tensor store keyed by (partition, sample id, field).
+
+    Row age's stamp (rowage.py) is kept per row as an int beside the fields: a read that asks
+    for it gets every row's, NOT_STAMPED where a row has none, rather than a refusal, and a
+    full read gets it when any row has one (rows.read_stamps).
 
     Rows keep their own shape: uniform rows of a field come back dense, uneven ones as a
     jagged nested tensor. `latency_s` adds a fixed service time to every call (for demos)."""
@@ -38,6 +43,7 @@ class InMemoryDataPlane:
                     fields: TensorDictBase | None = None, tags: list[dict] | None = None) -> None:
         self._wait()
         ids = check_put(sample_ids, fields, tags)
+        fields, stamps = take_stamps(fields)
         columns = split_columns(fields) if fields is not None else {}
         with self._lock:
             part = self._rows.setdefault(partition_id, OrderedDict())
@@ -46,6 +52,8 @@ class InMemoryDataPlane:
                 row = part.setdefault(sid, {})  # an existing row gains or replaces fields
                 for key, col in columns.items():
                     row[key] = col[i]
+                if stamps is not None:
+                    row[STAMP_KEY] = stamps[i]
                 if tags is not None:
                     part_tags[sid] = dict(tags[i])
 
@@ -61,7 +69,9 @@ class InMemoryDataPlane:
                 if row is None:
                     raise KeyError(f"sample id {sid!r} not in partition {partition_id!r}")
                 rows.append(row)
-            keys = selected_keys(rows, select_fields)
+            select, stamps = read_stamps(select_fields,
+                                        lambda: [r.get(STAMP_KEY) for r in rows])
+            keys = selected_keys(rows, select)
             columns = {}
             for key in keys:
                 try:
@@ -73,6 +83,9 @@ class InMemoryDataPlane:
         out = TensorDict({}, batch_size=[len(ids)])
         for key, values in columns.items():
             out.set(key if len(key) > 1 else key[0], assemble(values))
+        if stamps is not None:
+            from ..rowage import STAMP
+            out.set(STAMP, stamps)
         return out
 
     get_data = get_samples  # TransferQueue-style name for the same read

@@ -3,6 +3,7 @@ batch into per-row values (stores.memory, adapters.mooncake): the put's checks, 
 into per-row columns, which fields a read returns, and a column put back together."""
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from tensordict import NonTensorData, NonTensorStack, TensorDictBase
@@ -10,6 +11,7 @@ from tensordict import NonTensorData, NonTensorStack, TensorDictBase
 from .. import nested
 
 Key = tuple[str, ...]  # a field name, nested keys flattened to a path
+STAMP_KEY = "stamp"  # where a row dict keeps row age's stamp: a str, so never a field's Key
 
 
 def check_put(sample_ids, fields, tags) -> list[str]:
@@ -64,7 +66,8 @@ def selected_keys(rows: list[dict], select_fields) -> list[Key]:
     common = set(rows[0])
     for row in rows[1:]:
         common &= row.keys()
-    return [k for k in rows[0] if k in common]  # first row's order, fields every row has
+    # first row's order, fields every row has; row age's stamp is no field (read_stamps)
+    return [k for k in rows[0] if k in common and k != STAMP_KEY]
 
 
 def assemble(values: list):
@@ -74,3 +77,41 @@ def assemble(values: list):
     if all(v.shape == first.shape for v in values):
         return torch.stack(values)
     return torch.nested.as_nested_tensor(values, layout=torch.jagged)
+
+
+
+# -- row age's stamp (rowage.py): a per-row int beside the fields, never a field itself ---
+def _stamp_name() -> str:
+    from ..rowage import STAMP  # lazy: a store without row age never loads it
+
+    return STAMP
+
+
+def take_stamps(fields):
+    """(fields without row age's stamp column, its values as ints) for a put; (fields, None)
+    when it has none."""
+    stamp = _stamp_name()
+    if fields is None or stamp not in fields.keys():
+        return fields, None
+    return fields.exclude(stamp), fields.get(stamp).tolist()
+
+
+def read_stamps(select_fields, stamps_of):
+    """(the select without the stamp column, the read's stamp column or None) from the rows'
+    stamps (stamps_of(): a list, None where a row has none; called only when needed): the
+    column when the select names it, or on a full read when any row has a stamp,
+    NOT_STAMPED for rows without one, so that a reader counts each row as it is instead of a
+    refusal of the whole read."""
+    from ..rowage import NOT_STAMPED
+
+    stamp = _stamp_name()
+    if select_fields is not None and stamp not in select_fields:
+        return select_fields, None
+    stamps = stamps_of()
+    if select_fields is not None:
+        select_fields = [f for f in select_fields if f != stamp]
+    elif all(s is None for s in stamps):
+        return None, None
+    if None in stamps:
+        stamps = [NOT_STAMPED if s is None else s for s in stamps]
+    return select_fields, torch.from_numpy(np.array(stamps, dtype=np.int64))

@@ -20,7 +20,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from ..readback import cluster, scrape
+from ..readback import cluster, scrape, verdict
 from .model import Answers, Job, Op, Process, stragglers, worst_first
 
 
@@ -39,6 +39,7 @@ class Rates:
     write: float
     checked: float  # guard rows over the window (an increase, not a rate)
     mismatched: float
+    queue: dict  # the verdict's counts over the window (readback/verdict.py)
 
 
 def difference(old: scrape.ProcessTotals | None, new: scrape.ProcessTotals,
@@ -55,7 +56,8 @@ def difference(old: scrape.ProcessTotals | None, new: scrape.ProcessTotals,
                  {op: {le: c * per for le, c in o.buckets.items()} for op, o in d.ops.items()},
                  sum(o.read_bytes for o in d.ops.values()) * per,
                  sum(o.write_bytes for o in d.ops.values()) * per,
-                 guard.get("rows_checked", 0.0), guard.get("rows_mismatched", 0.0))
+                 guard.get("rows_checked", 0.0), guard.get("rows_mismatched", 0.0),
+                 verdict.counts_of(d))
 
 
 def _ratio(num: float, den: float) -> float | None:
@@ -150,6 +152,8 @@ class DirectSource:
                 j.guard_checked = sum(r.checked for r in rs)
                 j.guard_mismatched = sum(r.mismatched for r in rs)
                 j.ops = _ops(rs)
+                j.queue = verdict.verdict(verdict.from_processes(
+                    [(p.role, r.queue) for p, r in rates.values() if p.job == name]))
             jobs.append(j)
         return jobs
 

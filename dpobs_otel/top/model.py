@@ -49,6 +49,7 @@ class Job:
     outstanding_bytes: float | None = None
     guard_checked: float | None = None  # rows, increase over the window
     guard_mismatched: float | None = None
+    queue: str | None = None  # who waits for whom (readback/verdict.py), one line
     ops: list[Op] = field(default_factory=list)  # largest share first
 
 

@@ -8,6 +8,7 @@ import math
 import time
 
 from .. import names
+from ..readback import verdict
 from ..readback.prometheus import Prometheus, PrometheusError
 from .model import Alert, Answers, Job, Op, Process, stragglers, worst_first
 
@@ -95,7 +96,9 @@ class RulesSource:
                 k = (m.get("job", ""), m.get("op", ""))
                 o = per_op.setdefault(k, Op(op=k[1]))
                 setattr(o, attr, v if math.isfinite(v) else None)
-        names = seen | {j for d in per_job.values() for j in d} | {j for j, _ in per_op}
+        queues = verdict.per_job_from_prometheus(self.query)
+        names = (seen | {j for d in per_job.values() for j in d} | {j for j, _ in per_op}
+                 | set(queues))
         jobs = []
         for name in sorted(names):
             j = Job(job=name, read_bytes_per_s=bytes_.get((name, "read")),
@@ -104,6 +107,8 @@ class RulesSource:
                                key=lambda o: (-(o.share or 0.0), o.op)))
             for attr, values in per_job.items():
                 setattr(j, attr, values.get(name))
+            if name in queues:
+                j.queue = verdict.verdict(verdict.from_processes(queues[name]))
             jobs.append(j)
         return jobs
 

@@ -101,6 +101,14 @@ def jobs_table(a: Answers) -> Table:
     return t
 
 
+def queue_text(a: Answers) -> Text:
+    """One line per job: who waits for whom (readback/verdict.py)."""
+    lines = [f"{j.job}: {j.queue}" for j in a.jobs if j.queue]
+    return Text("Who waits for whom: " + ("; ".join(lines) or "no answer yet"),
+                style="bold" if any(not j.queue.startswith("neither") for j in a.jobs
+                                    if j.queue) else "")
+
+
 def ops_table(a: Answers) -> Table:
     t = _table("Ops (share of data-plane time, latency from histogram buckets)",
                "job", "op", "share", "ops/s", "mean ms", "p90 ms", "p99 ms")
@@ -158,6 +166,6 @@ def frame(a: Answers, every_s: float | None = None) -> Group:
     if a.error:
         parts.append(Text(f"source error: {a.error}", style="bold red"))
     # Alerts above the tables: a terminal too short for every process crops the bottom.
-    parts += [alerts_text(a), jobs_table(a), stragglers_text(a), ops_table(a),
+    parts += [alerts_text(a), jobs_table(a), queue_text(a), stragglers_text(a), ops_table(a),
               processes_table(a)]
     return Group(*parts)

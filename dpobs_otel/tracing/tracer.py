@@ -53,6 +53,19 @@ class Tracer:
             return
         self._keep((OP, op, t0, t1, self._tid(), step, partition, keys, nbytes, error))
 
+    def failed(self, op: str, dt: float, error: str) -> None:
+        """A failed op that took dt seconds, ending now (the failure paths know no more)."""
+        t = time.perf_counter()
+        self.op(op, t - dt, t, None, 0, 0, error)
+
+    @staticmethod
+    def partition_of(args, kwargs):
+        """A generic op's partition, for its span: partition_id=, else a leading string."""
+        pid = kwargs.get("partition_id")
+        if pid is None and args and isinstance(args[0], str):
+            pid = args[0]
+        return pid
+
     def wait(self, t0: float, t1: float, kind: str = "waiting") -> None:
         """An exposed wait of the step's own thread or task (tel.waiting(), tel.exposed())."""
         step = self._step.get()

@@ -2,14 +2,18 @@
 every name part escaped so "/" and "." cannot collide):
 
     {ns}/{partition}/.slot/{i}       which ids each writer put and cleared (index.py)
-    {ns}/{partition}/{sid}           the row's manifest: its fields' kinds, in order, and tags
+    {ns}/{partition}/{sid}           the row's manifest: its fields' kinds, in order, tags,
+                                     and row age's write stamp (rowage.py), when it has one
     {ns}/{partition}/{sid}/{field}   one value per row and field: a tensor (put_tensor), or
                                      a pickled non-tensor value (bytes)
 
 A read takes the manifests (one batch) and then only the selected fields' keys (one batch
 for tensors, one for other values), so select_fields moves only what it names. A put merges
 into existing manifests, so a delta write adds fields to rows another process wrote; the
-guard's digest columns are int64 fields like any other and travel with the rows.
+guard's digest columns are int64 fields like any other and travel with the rows. Row age's
+stamp column does not become a key of its own: each row's stamp is one int in the manifest a
+read fetches anyway, and a select of the column gets every row's (NOT_STAMPED where a row
+has none) instead of refusing the read; a put without one keeps the row's old stamp.
 
 Mooncake has no key listing, and two clients upserting one key at once can lose it, so no
 key is written by two processes on purpose: the listing lives in per-writer slots
@@ -28,7 +32,9 @@ import msgpack
 import torch
 from tensordict import TensorDict
 
-from ...stores.rows import assemble, check_ids, check_put, selected_keys, split_columns
+from ...rowage import STAMP
+from ...stores.rows import (assemble, check_ids, check_put, read_stamps, selected_keys,
+                            split_columns, take_stamps)
 from ..instrumentation import OwnCalls
 from .index import PartitionIndex
 from .leases import DeferredRemovals
@@ -46,6 +52,7 @@ NATIVE_DTYPES = frozenset({torch.float32, torch.float64, torch.float16, torch.bf
                            torch.float8_e4m3fn, torch.float8_e5m2})
 TOMBSTONE = msgpack.packb(None)  # a cleared row whose manifest is still leased
 REREAD_S = 0.002  # before reading a key that was absent once more
+
 
 
 def _esc(part: str) -> str:
@@ -127,8 +134,9 @@ class MooncakeDataPlane:
 
     def put_samples(self, sample_ids, partition_id, fields=None, tags=None) -> None:
         ids = check_put(sample_ids, fields, tags)
+        fields, stamps = take_stamps(fields)  # into the manifests, not a key per row
         columns = split_columns(fields) if fields is not None else {}
-        found, old_tags = self._manifests(partition_id, ids)
+        found, old_tags, old_stamps = self._manifests(partition_id, ids)
         rows = [r or {} for r in found]
         tensor_keys, tensors, object_keys, objects, manifests = [], [], [], [], []
         for i, sid in enumerate(ids):
@@ -143,7 +151,9 @@ class MooncakeDataPlane:
                     tensor_keys.append(f"{base}/{_path(key)}")
                     tensors.append(stored)
             tag = tags[i] if tags is not None else old_tags[i]
-            manifests.append(msgpack.packb([[[list(k), v] for k, v in row.items()], tag]))
+            stamp = stamps[i] if stamps is not None else old_stamps[i]
+            manifests.append(msgpack.packb([[[list(k), v] for k, v in row.items()], tag,
+                                            stamp]))
         row_keys = [self._row_key(partition_id, sid) for sid in ids]
         self._deferred.cancel(tensor_keys + object_keys + row_keys)
         if tensor_keys:
@@ -156,16 +166,17 @@ class MooncakeDataPlane:
 
     def get_samples(self, sample_ids, partition_id, select_fields=None) -> TensorDict:
         ids = check_ids(sample_ids)
-        rows = self._manifests(partition_id, ids)[0]
+        rows, _, stamps = self._manifests(partition_id, ids)
         absent = [i for i, row in enumerate(rows) if row is None]
         if absent:  # a key being upserted reads as absent for a moment: look once more
             time.sleep(REREAD_S)
-            again = self._manifests(partition_id, [ids[i] for i in absent])[0]
-            for i, row in zip(absent, again):
-                rows[i] = row
+            again = self._manifests(partition_id, [ids[i] for i in absent])
+            for i, row, stamp in zip(absent, again[0], again[2]):
+                rows[i], stamps[i] = row, stamp
         for sid, row in zip(ids, rows):
             if row is None:
                 raise KeyError(f"sample id {sid!r} not in partition {partition_id!r}")
+        select_fields, stamped = read_stamps(select_fields, lambda: stamps)
         keys = selected_keys(rows, select_fields)
         plan = []  # (field, kind per row, store keys)
         for key in keys:
@@ -189,6 +200,8 @@ class MooncakeDataPlane:
                                    f"(partition {partition_id!r})")
                 column.append(_decode(kind, stored))
             out.set(key if len(key) > 1 else key[0], assemble(column))
+        if stamped is not None:
+            out.set(STAMP, stamped)
         return out
 
     get_data = get_samples  # TransferQueue-style name for the same read
@@ -230,25 +243,28 @@ class MooncakeDataPlane:
         return ids
 
     def get_tags(self, sample_ids, partition_id) -> list:
-        rows, tags = self._manifests(partition_id, list(sample_ids))
+        rows, tags, _ = self._manifests(partition_id, list(sample_ids))
         return [t if r is not None else None for r, t in zip(rows, tags)]
 
     # -- manifests and the index --------------------------------------------------------
     def _manifests(self, pid, ids):
-        """([{field path: kind} or None per id], [tags per id]); None: absent or cleared."""
+        """([{field path: kind} or None per id], [tags per id], [stamp or None per id]);
+        None: absent or cleared (or, for a stamp, written without row age)."""
         if not ids:
-            return [], []  # get_batch([]) answers [b''], not []
+            return [], [], []  # get_batch([]) answers [b''], not []
         raw = self._s.get_batch([self._row_key(pid, sid) for sid in ids])
-        rows, tags = [], []
+        rows, tags, stamps = [], [], []
         for blob in raw:
             m = msgpack.unpackb(blob, use_list=True) if blob else None
             if m is None:
                 rows.append(None)
                 tags.append(None)
+                stamps.append(None)
                 continue
             rows.append({tuple(p): kind for p, kind in m[0]})
             tags.append(m[1])
-        return rows, tags
+            stamps.append(m[2] if len(m) > 2 else None)  # manifests of older writers: two
+        return rows, tags, stamps
 
     def _fetch(self, plan) -> dict:
         tensor_keys = [k for _, kinds, keys in plan for kind, k in zip(kinds, keys)

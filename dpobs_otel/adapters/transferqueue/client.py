@@ -38,7 +38,7 @@ import weakref
 from concurrent.futures import ThreadPoolExecutor
 
 from ..instrumentation import is_own_call, own
-from .digests import digest_columns, digests_to_tags, strip_digest_tags
+from .digests import carries_tags, digest_columns, digests_to_tags, strip_digest_tags
 
 SYNC_METHODS = ("get_meta", "put", "get_data", "clear_samples", "clear_partition")
 ASYNC_METHODS = tuple("async_" + m for m in SYNC_METHODS)
@@ -172,7 +172,7 @@ class ClientPatches:
             tel = self._telemetry_of()
             if tel is None:
                 return None, None
-            plane = _ClientPlane(client, digests=getattr(tel, "guard", None) is not None)
+            plane = _ClientPlane(client, digests=carries_tags(tel))
             measured = tel.instrument(plane)
             self._measured[client] = (pid, measured, plane)
             return measured, plane

@@ -26,6 +26,14 @@ them), and the writer sees the rows' current tags, so:
   * kv_clear drops a key with its tags.
 The tags never reach the caller: `kv_list` and the KVBatchMeta of a put leave them out.
 
+Row age (rowage.py) rides in the same entry: its stamp column is one more key of the family,
+`%stamp`, so a put with both the guard and row age on writes `...:tok,adv,%stamp`, one entry
+whose value is one int64 longer. A delta write's entry carries the new stamp and rewrites the
+stamp of the row's older entries (the overlap rule above): the row is restamped. With the guard
+off a stamped put writes an entry of its own, `__dpobs_digest_v2__:%stamp`, and goes through
+the three-step put below (docs/performance.md, "Row age", has what that costs). A data_parser
+leaves the stamp as it is: the write time stays true whatever the parser does to the values.
+
 `put_with_digests` is the guarded put: kv_batch_put's own three steps, so that the writer
 sees the rows' current tags, and so that the rows are fingerprinted (on a helper thread of
 the core, protocol.OverlapsGuard) while the first step, a round trip to the controller, runs.
@@ -39,9 +47,17 @@ import torch
 
 from ...guard import (DIGEST_PREFIX, NONTENSOR_SENTINEL, UNRECORDED_SENTINEL, digest_name,
                      is_digest_field)
+from ...guard.columns import STAMP
+
+STAMP_KEY = STAMP[len(DIGEST_PREFIX):]  # row age's write time: one more word in the entry
 
 _WORD = np.dtype("<i8")  # the entry's byte layout, whatever the host's order
 _RESERVED = "__dpobs_digest"  # what every reserved name starts with (a cheap first test)
+
+
+def carries_tags(tel) -> bool:
+    """Do this Telemetry's reads need the rows' tags: the guard's digests or row age's stamps."""
+    return getattr(tel, "guard", None) is not None or getattr(tel, "row_age", None) is not None
 
 
 def _entry_name(fields: tuple[str, ...]) -> str:
@@ -86,8 +102,9 @@ def digests_to_tags(fields, tags, n: int, unrecorded: bool = False, current=None
     if not names:
         return bare, tags
     keys = tuple(k[len(DIGEST_PREFIX):] for k in names)
-    if unrecorded:
-        matrix = torch.full((n, len(names)), UNRECORDED_SENTINEL, dtype=torch.int64)
+    if unrecorded:  # the write time stays true whatever the parser does to the values
+        kept = torch.tensor([k == STAMP_KEY for k in keys])
+        matrix = torch.where(kept, matrix, torch.full_like(matrix, UNRECORDED_SENTINEL))
     blob, width = matrix.numpy().astype(_WORD, copy=False).tobytes(), 8 * len(names)
     name = _entry_name(keys)
     rows = [{name: blob[i * width:(i + 1) * width]} for i in range(n)]
@@ -162,7 +179,9 @@ def digest_columns(td, row_tags: list):
     n = td.batch_size[0] if td.batch_dims else 0
     if n == 0 or len(row_tags) != n:
         return td
-    wanted = {digest_name(f)[len(DIGEST_PREFIX):]: f for f in td.keys()}
+    # entry key -> the column it becomes: each field's digest, and row age's stamp
+    wanted = {digest_name(f)[len(DIGEST_PREFIX):]: digest_name(f) for f in td.keys()}
+    wanted[STAMP_KEY] = STAMP
     found: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # field -> (digests, have)
     for entry, (rows, values) in sorted(_entries(row_tags).items()):
         covered = _entry_fields(entry)
@@ -184,7 +203,7 @@ def digest_columns(td, row_tags: list):
     if not found:
         return td
     td = td.copy()
-    td.update({digest_name(f): digests for f, (digests, _) in found.items()})
+    td.update({column: digests for column, (digests, _) in found.items()})
     return td
 
 

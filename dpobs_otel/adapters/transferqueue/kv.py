@@ -32,7 +32,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ...guard import is_digest_field
 from ..instrumentation import MEASURED, own
-from .digests import digest_columns, put_with_digests, strip_digest_tags, without_digest_tags
+from .digests import (carries_tags, digest_columns, put_with_digests, strip_digest_tags,
+                      without_digest_tags)
 
 __all__ = ["TransferQueueDataPlane", "InstrumentedTransferQueue", "instrument"]
 
@@ -88,8 +89,8 @@ class _Listing(dict):
 class TransferQueueDataPlane:
     """The data-plane protocol (DESIGN.md) over the `transfer_queue` module's kv_* API.
 
-    digests: the wire guard is on (`instrument` sets it from the Telemetry): a full read then
-    hands back the rows' digests for it to check. Reads that name digest columns get them
+    digests: the wire guard or row age is on (`instrument` sets it from the Telemetry): a full
+    read then hands back the rows' digests and stamps for them. Reads that name digest columns get them
     either way."""
 
     def __init__(self, module=None, digests: bool = False):
@@ -247,7 +248,7 @@ class InstrumentedTransferQueue:
 
     def __init__(self, tel, module=None):
         self._tq = _Unmeasured(module if module is not None else _tq_module())
-        self.data_plane = TransferQueueDataPlane(self._tq, digests=tel.guard is not None)
+        self.data_plane = TransferQueueDataPlane(self._tq, digests=carries_tags(tel))
         self.client = tel.instrument(self.data_plane)
         self._pool = None
         self._pool_lock = threading.Lock()
