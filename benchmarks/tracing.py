@@ -29,10 +29,13 @@ ARMS = ("a", "b", "off", "on")
 def run(args) -> dict:
     """overhead.py's interleaved rounds over this benchmark's arms."""
     on = dpobs.start(role="bench-on", trace=True)
+
+    def arms(off, *rest):  # overhead.arms's signature: (tel, [other telemetries], batch)
+        batch = rest[-1]
+        return {"a": NoOp(batch), "b": Naive(NoOp(batch)), "off": off.instrument(NoOp(batch)),
+                "on": on.instrument(NoOp(batch))}
     try:
-        return overhead.run(args, lambda off, batch: {
-            "a": NoOp(batch), "b": Naive(NoOp(batch)), "off": off.instrument(NoOp(batch)),
-            "on": on.instrument(NoOp(batch))})
+        return overhead.run(args, arms)
     finally:
         on.shutdown()
 
