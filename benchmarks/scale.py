@@ -18,7 +18,7 @@ samples/s appended by the central TSDB, and rule evaluation seconds per cycle (s
 groups' last durations, sampled every cycle); then each figure's growth 64 -> 256.
 
     unshare --net sh -c 'ip link set lo up; .venv/bin/python benchmarks/scale.py'
-        [--sizes 64,128,256] [--interval 5s] [--settle 15] [--window 40]
+        [--sizes 64,128,256] [--interval 5s] [--settle 15] [--window 40] [--native-only]
 """
 from __future__ import annotations
 
@@ -208,7 +208,8 @@ class Hosts:
 def run(args) -> list[tuple[int, dict]]:
     tmp = Path(tempfile.mkdtemp(prefix="dpobs-scale-"))
     interval = float(args.interval.rstrip("s"))
-    rules = rule_files(tmp / "mixin")
+    # --native-only: the mixin with classic_quantiles=False (the native quantiles only)
+    rules = rule_files(tmp / "mixin", classic_quantiles=not args.native_only)
     sd_dirs = [str(tmp / f"sd{i}") for i in range(AGENTS)]
     results = []
     with Central(rules, interval=args.interval, data_dir=str(tmp)) as central:
@@ -300,6 +301,8 @@ def main() -> None:
     p.add_argument("--step-s", type=float, default=1.0, help="seconds per step per endpoint")
     p.add_argument("--settle", type=float, default=15)
     p.add_argument("--window", type=float, default=40)
+    p.add_argument("--native-only", action="store_true",
+                   help="rules without the classic quantiles (Config(classic_quantiles=False))")
     args = p.parse_args()
     report(run(args), args)
 

@@ -25,7 +25,9 @@ def _views() -> list[View]:
     def hist(name, bounds):
         return View(instrument_name=name,
                     aggregation=ExplicitBucketHistogramAggregation(boundaries=bounds))
-    return [hist(names.OP_DURATION, names.OP_BUCKETS),
+    from .exporters import native  # classic buckets, and native ones beside them
+    return [View(instrument_name=names.OP_DURATION,
+                 aggregation=native.ClassicAndNativeAggregation(boundaries=names.OP_BUCKETS)),
             hist(names.CODEC_DURATION, names.OP_BUCKETS),
             hist(names.STEP_DURATION, names.STEP_BUCKETS),
             hist(names.ROW_AGE, names.OP_BUCKETS)]

@@ -33,3 +33,18 @@ def tel(monkeypatch):
 @pytest.fixture
 def client(tel):
     return tel.instrument(dpobs.InMemoryDataPlane())
+
+
+@pytest.fixture
+def no_gc():
+    """No garbage collection inside a test that compares two clocks: a collection of the
+    objects earlier tests left (torch, TensorDicts) can pause for 100+ ms, and where it
+    lands, inside one clock's interval and outside the other's, is chance."""
+    import gc
+
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()

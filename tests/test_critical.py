@@ -19,6 +19,8 @@ import dpobs_otel as dpobs
 from helpers import scrape, value
 from helpers.clock import AsyncStore, Clock, CoroutineReturningStore, SlowStore
 
+pytestmark = pytest.mark.usefixtures("no_gc")
+
 LAT = 0.04  # the store's service time per call
 TOL = 0.02  # |metric fraction - truth fraction|, fractions of step time
 IDS = [f"s{i}" for i in range(4)]

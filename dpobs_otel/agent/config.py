@@ -115,6 +115,9 @@ def _remote_write(url: str, headers: dict[str, str] | None, bearer_token_file: s
                          "min_backoff": "30ms", "max_backoff": "5s",
                          "retry_on_http_429": True},
         "metadata_config": {"send": True, "send_interval": "1m"},
+        # The op duration's native histogram (scraped with the agent's native-histograms
+        # flag) is dropped at the remote write without this; the receiver needs the flag too.
+        "send_native_histograms": True,
     }
     if headers:
         rw["headers"] = dict(headers)

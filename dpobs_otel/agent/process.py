@@ -62,8 +62,11 @@ def agent_flag(version: tuple[int, int]) -> str:
 
 def command(binary: str, version: tuple[int, int], config_file: str, storage: str,
             listen: str, extra: list[str] = ()) -> list[str]:
-    return [binary, agent_flag(version), f"--config.file={config_file}",
-            f"--storage.agent.path={storage}", f"--web.listen-address={listen}", *extra]
+    # native-histograms: scrape the protobuf exposition and its native histograms (2.x needs
+    # the flag; 3.x accepts it), forwarded because the remote_write says send_native_histograms.
+    return [binary, agent_flag(version), "--enable-feature=native-histograms",
+            f"--config.file={config_file}", f"--storage.agent.path={storage}",
+            f"--web.listen-address={listen}", *extra]
 
 
 def supervise(argv: list[str], sd_dir: str, cleanup_interval: float) -> int:

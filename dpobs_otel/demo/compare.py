@@ -24,7 +24,8 @@ import time
 
 from ..names import (INSTANCE_FRAC_OF_STEP, INSTR_TIME_SERIES, JOB_BUSY_FRAC_OF_STEP,
                      JOB_EXPOSED_FRAC_OF_STEP, JOB_FRAC_OF_STEP, JOB_MAX_EXPOSED_FRAC_OF_STEP,
-                     JOB_OP_DIRECTION_BYTES, JOB_OP_MEAN, JOB_OP_QUANTILE, JOB_OP_RATE,
+                     JOB_OP_DIRECTION_BYTES, JOB_OP_MEAN, JOB_OP_NATIVE_QUANTILE,
+                     JOB_OP_QUANTILE, JOB_OP_RATE,
                      JOB_OP_SHARE, JOB_OVERHEAD_RATIO, OP_DURATION_SERIES)
 from .backends import BACKENDS, available
 from .batches import Config
@@ -124,7 +125,7 @@ def measure(stack: Stack, cfg: Config, err=None) -> dict:
     # rules' ratios lie between the measured steps' truth and this one.
         share_sum = one(f"sum({JOB_OP_SHARE}{{{job}}})")
     return {"ops": ops, "roles": roles, "frac": overall, "critical": critical,
-            "own": own, "guard": guard,
+            "own": own, "guard": guard, "quantiles": _source(one, job),
             "with_warmup": whole, "samples": samples, "share_sum": share_sum}
 
 
@@ -146,8 +147,20 @@ def _settle(stack: Stack, job: str, timeout: float = 120) -> float:
 
 
 def _q(one, sel: str, q: str) -> float:
+    """ms from the native histogram's rule, or the classic one where it has no value (a
+    Prometheus without native histograms); QUANTILE_SOURCE names the one the table shows."""
     sel = sel[:-1] + f',quantile="{q}"}}'
-    return 1e3 * one(f"{JOB_OP_QUANTILE}{sel}")
+    native = one(f"{JOB_OP_NATIVE_QUANTILE}{sel}")
+    return 1e3 * (native if native == native else one(f"{JOB_OP_QUANTILE}{sel}"))
+
+
+
+def _source(one, job: str) -> str:
+    """Which histogram the job's p50/p99 cells come from."""
+    native = one(f"count({JOB_OP_NATIVE_QUANTILE}{{{job}}})")
+    if native != native:
+        return "classic"
+    return "native" if native == one(f"count({JOB_OP_QUANTILE}{{{job}}})") else "mixed"
 
 
 def _cell(pair, fmt: str) -> str:
@@ -169,6 +182,8 @@ def table(results: dict[str, dict]) -> str:
     width = 26
     head = f"  {'':<22}" + "".join(f"{n:>{width}}" for n in names)
     lines = ["\nBackends side by side: each cell is recording rules (workload truth)", head]
+    lines.append(f"  {'quantiles from':<22}" + "".join(
+        f"{results[n]['quantiles']:>{width}}" for n in names))
     ops = sorted({op for r in results.values() for op in r["ops"]},
                  key=lambda op: -max(r["ops"].get(op, {}).get("share", (0, 0))[1]
                                      for r in results.values()))

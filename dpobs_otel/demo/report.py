@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from prometheus_client.parser import text_string_to_metric_families
 
 from .. import names as nm
+from ..readback import native
+from ..readback.scrape import quantile as bucket_quantile  # histogram_quantile, {le: count}
 from ..readback.cluster import ClusterView, text as cluster_text
 from .logs import BackendLog, log_dir
 from ..tracing.command import add_trace_flag, demo_outputs
@@ -98,6 +100,7 @@ class Result:
     truth: dict  # (role, rank) -> truth of the measured steps
     scraped: dict  # (role, rank) -> [(name, labels, value)] from its /metrics at the end
     cluster: tuple | None = None  # (dict, (columns, rows)): the measured steps' cluster view
+    native: dict | None = None  # (role, rank) -> {(family, labels): NativeHistogram}
 
     def total(self, key) -> dict:
         """Warm-up plus measured steps: what a process's counters hold."""
@@ -129,7 +132,8 @@ def session(cfg: Config, stack: Stack | None = None, on_ready=None, on_step=None
             stack.wait_scraped(instances, after=time.time())
             stack.wait_evaluated(after=time.time())
         scraped = {k: scrape(i["endpoint"]) for k, i in wl.info.items()}
-        yield Result(dict(wl.info), dict(wl.warm), dict(wl.truth), scraped, cluster)
+        hists = {k: native.fetch(_local(i["endpoint"]), timeout=10) for k, i in wl.info.items()}
+        yield Result(dict(wl.info), dict(wl.warm), dict(wl.truth), scraped, cluster, hists)
 
 
 def _logging_cluster(view: ClusterView, out, on_step):
@@ -144,10 +148,13 @@ def _logging_cluster(view: ClusterView, out, on_step):
     return step
 
 
-def scrape(endpoint: str) -> list[tuple[str, dict, float]]:
+def _local(endpoint: str) -> str:  # a wildcard bind's endpoint as this machine reaches it
     host, port = endpoint.rsplit(":", 1)
-    host = {"0.0.0.0": "127.0.0.1", "[::]": "[::1]"}.get(host, host)
-    with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10) as r:
+    return f'{ {"0.0.0.0": "127.0.0.1", "[::]": "[::1]"}.get(host, host)}:{port}'
+
+
+def scrape(endpoint: str) -> list[tuple[str, dict, float]]:
+    with urllib.request.urlopen(f"http://{_local(endpoint)}/metrics", timeout=10) as r:
         return parse_metrics(r.read().decode())
 
 
@@ -213,21 +220,6 @@ def metric_ops(samples) -> dict[str, dict]:
     return ops
 
 
-def bucket_quantile(buckets: dict[float, float], q: float) -> float:
-    """histogram_quantile() over cumulative buckets {le: count}."""
-    les = sorted(buckets)
-    if not les or buckets[les[-1]] == 0:
-        return float("nan")
-    rank, lo, below = q * buckets[les[-1]], 0.0, 0.0
-    for le in les:
-        if buckets[le] >= rank:
-            if le == float("inf"):
-                return lo
-            return lo + (le - lo) * (rank - below) / max(buckets[le] - below, 1e-12)
-        lo, below = le, buckets[le]
-    return lo
-
-
 def metric_sum(samples, name: str) -> float:
     return sum(v for n, _, v in samples if n == name)
 
@@ -240,7 +232,7 @@ def report(res: Result, stack: Stack | None, cfg: Config) -> str:
     samples = [s for k in keys for s in res.scraped[k]]
     mops = metric_ops(samples)
     lines = ["\nData-plane ops, all processes, every step (truth: the workload's own clock and "
-             "byte count; metrics: each process's /metrics), worst first"]
+             "byte count; native: their native histograms merged; classic: buckets), worst first"]
     lines.append(f"  {'op':<10}{'source':<9}{'calls':>7}{'mean ms':>9}{'p50':>8}{'p90':>8}"
                  f"{'p99':>8}{'MB':>10}{'share':>8}")
     dp_t = dp_seconds(total)
@@ -251,7 +243,12 @@ def report(res: Result, stack: Stack | None, cfg: Config) -> str:
         lines.append(_oprow(op, "truth", len(d), d.total, [quantile(d, q) for q in
                             (0.5, 0.9, 0.99)], nbytes, d.total / dp_t))
         m = mops.get(op, {"calls": 0, "seconds": 0.0, "buckets": {}, "bytes": 0})
-        lines.append(_oprow("", "metrics", m["calls"], m["seconds"],
+        h = native.pooled((res.native or {}).values(), nm.OP_DURATION_NATIVE_SERIES, op=op)
+        if h is not None:
+            lines.append(_oprow("", "native", h.count, h.sum,
+                                [h.quantile(q) for q in (0.5, 0.9, 0.99)],
+                                m["bytes"], m["seconds"] / dp_m if dp_m else 0.0))
+        lines.append(_oprow("", "classic", m["calls"], m["seconds"],
                             [bucket_quantile(m["buckets"], q) for q in (0.5, 0.9, 0.99)],
                             m["bytes"], m["seconds"] / dp_m if dp_m else 0.0))
     prom = {}
@@ -322,9 +319,11 @@ def _prometheus_lines(stack: Stack, measured: dict) -> list[str]:
         row(share, one(share), shares[op])
         d = measured["ops"][op]
         for q in ("0.5", "0.99"):
-            row(f'..:quantile_rate5m{{op="{op}",quantile="{q}"}} (ms, bucketed)',
-                1e3 * one(f'{nm.JOB_OP_QUANTILE}{{op="{op}",quantile="{q}"}}'),
-                1e3 * quantile(d, float(q)), "{:.2f}")
+            for rule, how in ((nm.JOB_OP_NATIVE_QUANTILE, "native"),
+                              (nm.JOB_OP_QUANTILE, "classic")):
+                row(f'{rule.split(":")[1][-22:]}:..{{op="{op}",quantile="{q}"}} (ms, {how})',
+                    1e3 * one(f'{rule}{{op="{op}",quantile="{q}"}}'),
+                    1e3 * quantile(d, float(q)), "{:.2f}")
     for (op, direction), n in sorted(measured["bytes"].items()):
         calls = len(measured["ops"].get(op, ()))
         sel = f'{{op="{op}",direction="{direction}"}}'

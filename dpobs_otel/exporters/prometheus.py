@@ -1,83 +1,95 @@
-"""The Prometheus exporter: a reader on its own registry, the per-process /metrics HTTP(S)
-endpoint (prometheus_client's server), and its file_sd announcement."""
+"""The Prometheus exporter: a reader on its own registry, the per-process /metrics route on
+our HTTP(S) server (exporters/http.py) in the text exposition or, when the scraper's Accept
+header prefers it, the delimited protobuf one with the native histograms (exporters/native.py),
+and its file_sd announcement."""
 from __future__ import annotations
 
-import errno
+import gzip
 import os
+import threading
+from urllib.parse import parse_qs
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder, gzip_accepted
 
+from . import protobuf
+from .http import Handler, HttpServer, PortInUseError, only_get
 
-class PortInUseError(OSError):
-    pass
-
-
-class MetricsEndpoint:
-    def __init__(self, registry: CollectorRegistry, host: str, port: int, *,
-                 certfile: str | None = None, keyfile: str | None = None,
-                 client_cafile: str | None = None):
-        try:
-            self._server, self._thread = start_http_server(
-                port, addr=host, registry=registry, certfile=certfile, keyfile=keyfile,
-                client_cafile=client_cafile, client_auth_required=client_cafile is not None)
-        except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:
-                raise PortInUseError(
-                    errno.EADDRINUSE,
-                    f"dpobs: cannot serve /metrics on {host}:{port}: port {port} is already in "
-                    f"use (pass port=0 or DPOBS_PORT=0 for any free port)") from exc
-            raise
-        self.host = host
-        self.port = self._server.server_address[1]
-        self.scheme = "https" if certfile else "http"
-
-    @property
-    def endpoint(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{host}:{self.port}"
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+__all__ = ["PortInUseError", "PrometheusExporter"]
 
 
 class PrometheusExporter:
     """The default exporter: a PrometheusMetricReader on a registry of this process's own,
-    served on /metrics, and (with sd_dir) a file_sd target file announcing it."""
+    served on /metrics, and (with sd_dir) a file_sd target file announcing it. Other routes
+    (e.g. /trace) join the same server through add_route."""
 
     def __init__(self, settings):
-        from opentelemetry.exporter.prometheus import PrometheusMetricReader
-
         from .filesd import FileSDTarget
+        from .native import NativeReader
 
         s = settings
         self.registry = CollectorRegistry(auto_describe=True)
         # scope labels would ride on every series without telling anyone anything.
-        self.reader = PrometheusMetricReader(registry=self.registry, scope_info_enabled=False)
-        self._endpoint = MetricsEndpoint(self.registry, s.host, s.port, certfile=s.tls_certfile,
-                                         keyfile=s.tls_keyfile,
-                                         client_cafile=s.tls_client_cafile)
+        self.reader = NativeReader(registry=self.registry, scope_info_enabled=False)
+        # One render at a time: a collect refreshes the reader's native stash, and the
+        # protobuf render reads it right after its own collect.
+        self._render_lock = threading.Lock()
+        self._server = HttpServer(s.host, s.port, certfile=s.tls_certfile, keyfile=s.tls_keyfile,
+                                  client_cafile=s.tls_client_cafile)
+        self._server.add_route("/metrics", self._metrics)
         self._sd = None
         if s.sd_dir:
             try:
                 self._sd = FileSDTarget(
-                    s.sd_dir, f"{s.target_host}:{self._endpoint.port}",
+                    s.sd_dir, f"{s.target_host}:{self._server.port}",
                     {"job": s.job, "role": s.role, "rank": s.rank},
                     name=f"dpobs-{s.job}-{s.role}-{s.rank}-{os.getpid()}")
             except BaseException:
-                self._endpoint.close()
+                self._server.close()
                 raise
+
+    def add_route(self, path: str, handler: Handler) -> None:
+        """Serve handler(environ) -> (status, headers, body) at path, same bind and TLS."""
+        self._server.add_route(path, handler)
+
+    def _metrics(self, environ):
+        refused = only_get(environ)
+        if refused is not None:
+            return refused
+        wanted = parse_qs(environ.get("QUERY_STRING", "")).get("name[]")
+        if protobuf.wants_protobuf(environ.get("HTTP_ACCEPT")):
+            return self._encoded(environ, self.render_protobuf(wanted), protobuf.CONTENT_TYPE)
+        encoder, content_type = choose_encoder(environ.get("HTTP_ACCEPT"))
+        registry = self.registry.restricted_registry(wanted) if wanted else self.registry
+        with self._render_lock:
+            return self._encoded(environ, encoder(registry), content_type)
+
+    def render_protobuf(self, wanted: list[str] | None = None) -> bytes:
+        """Every family of the text exposition, then the native histograms; name[] keeps
+        the samples (native: the families) of those names, as in the text exposition. The
+        collect (restricted or not) refreshes the reader's native stash first."""
+        registry = self.registry.restricted_registry(wanted) if wanted else self.registry
+        with self._render_lock:
+            classic = protobuf.from_prometheus_client(registry.collect())
+            return classic + self.reader.native_families(wanted)
+
+    @staticmethod
+    def _encoded(environ, body: bytes, content_type: str):
+        headers = [("Content-Type", content_type)]
+        if gzip_accepted(environ.get("HTTP_ACCEPT_ENCODING")):
+            body = gzip.compress(body, compresslevel=1)  # CPU matters more than bytes on loopback
+            headers.append(("Content-Encoding", "gzip"))
+        return "200 OK", headers, body
 
     @property
     def endpoint(self) -> str:
-        return self._endpoint.endpoint
+        return self._server.endpoint
 
     @property
     def url(self) -> str:
-        return f"{self._endpoint.scheme}://{self.endpoint}/metrics"
+        return f"{self._server.scheme}://{self.endpoint}/metrics"
 
     def shutdown(self) -> None:
         if self._sd is not None:
             self._sd.remove()
-        self._endpoint.close()
+        self._server.close()

@@ -68,6 +68,11 @@ class Config:
     consumer_roles: str = "trainer"
     queue_wait_frac: float = 0.25
     queue_age_steps: float = 1.0
+    # Record the classic histogram's quantiles (and the per-bucket rates they share, the
+    # costliest rule). Sites whose every Prometheus takes native histograms (2.x with
+    # --enable-feature=native-histograms, or 3.x) can turn this off: the native quantiles
+    # are always recorded, from one series per process and op instead of 18.
+    classic_quantiles: bool = True
 
     # -- PromQL helpers: the one place that decides how selectors and groupings look ------
     def labels(self, *names: str) -> str:

@@ -78,7 +78,8 @@ def build_manifests(c: Config = DEFAULT) -> dict[str, str]:
 PODMONITOR_WHY = """
 For pods that run ONE rank on a fixed port named `metrics` (dpobs.start(port=...)). A pod
 with several ranks has several endpoints on random ports: use the agent instead
-(dpobs-sidecar-job.yaml or dpobs-agent-daemonset.yaml). Needs the prometheus-operator.
+(dpobs-sidecar-job.yaml or dpobs-agent-daemonset.yaml). Needs the prometheus-operator;
+for the native histograms its Prometheus (2.x) needs spec.enableFeatures: [native-histograms].
 """
 RULE_WHY = """
 The recording rules and alerts for a prometheus-operator Prometheus (its ruleSelector must
@@ -88,7 +89,9 @@ SIDECAR_WHY = """
 A training Job whose pod runs several ranks with `dpobs agent` as a native sidecar (an init
 container with restartPolicy: Always; Kubernetes >= 1.29). The ranks bind 127.0.0.1 (the pod
 is one network namespace) and register in the shared emptyDir; the agent labels their series
-node=<pod name> and remote-writes them. Nothing listens beyond the pod's loopback.
+node=<pod name> and remote-writes them (native histograms included: the agent runs with
+--enable-feature=native-histograms and send_native_histograms; the receiver needs the flag
+too). Nothing listens beyond the pod's loopback.
 Replace the images, the command and the receiver URL.
 """
 DAEMONSET_WHY = """

@@ -101,7 +101,8 @@ def stat_panel(title: str, description: str, unit: str, *queries: Query,
 
 def heatmap_panel(title: str, description: str, unit: str, query: Query,
                   width: int = 12, height: int = 8, repeat: str | None = None):
-    """Buckets as Grafana computes them from `le` (the query must sum by le)."""
+    """Buckets as Grafana computes them from `le` (the query must sum by le), or from a
+    native histogram (Grafana reads its buckets itself)."""
     queries = (query,)
     panel = _base(heatmap.Panel(), title, description, unit, queries, width, height, repeat)
     return (panel.targets(_targets(queries, pm.PromQueryFormat.HEATMAP)).calculate(False)

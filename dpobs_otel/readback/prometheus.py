@@ -60,14 +60,16 @@ class Prometheus:
 
     def query(self, expr: str, at: float | None = None) -> list[dict]:
         """An instant query (now, or at the epoch time `at`): one {"metric", "value", "ts"}
-        per series, values as floats; a scalar answer is one entry with no labels."""
+        per series, values as floats; a scalar answer is one entry with no labels; a native
+        histogram's value is its count, with the histogram under "histogram"."""
         params = {"query": expr} if at is None else {"query": expr, "time": f"{at:.3f}"}
         data = self.api("query", **params)
         if data["resultType"] == "scalar":
             return [_sample({}, data["result"])]
         if data["resultType"] != "vector":
             raise PrometheusError(f"{expr}: a {data['resultType']}, not a vector")
-        return [_sample(r["metric"], r["value"]) for r in data["result"]]
+        return [_sample(r["metric"], r["value"]) if "value" in r else _native(r)
+                for r in data["result"]]
 
     def query_range(self, expr: str, start: float, end: float, step: float = 1) -> list[dict]:
         """A range query's matrix as Prometheus gives it: [{"metric", "values": [[ts, "v"]]}]."""
@@ -98,3 +100,10 @@ class Prometheus:
 
 def _sample(metric: dict, value: list) -> dict:
     return {"metric": metric, "value": float(value[1]), "ts": float(value[0])}
+
+
+def _native(r: dict) -> dict:
+    """A native-histogram sample: its observation count as the value, the histogram (count,
+    sum, buckets as Prometheus gives them) beside it."""
+    ts, h = r["histogram"]
+    return {"metric": r["metric"], "value": float(h["count"]), "ts": float(ts), "histogram": h}

@@ -17,6 +17,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from ..names import OP_DURATION_NATIVE_SERIES
 from . import scrape
 from .prometheus import Prometheus, PrometheusError
 from .scrape import PROCESS_LABELS, ProcessTotals, totals_from_samples
@@ -79,7 +80,10 @@ class PrometheusSource:
 
     def read(self) -> Reading:
         m = f'job="{self.job}"' if self.job is not None else 'job=~".+"'
-        series = self.prom.query(f'{{__name__=~"dpobs_.+|target_info", {m}}}')
+        # float samples only: the native histogram (a Prometheus with native histograms on)
+        # is not a ProcessTotals input
+        series = self.prom.query(f'{{__name__=~"dpobs_.+|target_info", '
+                                 f'__name__!="{OP_DURATION_NATIVE_SERIES}", {m}}}')
         up = {_key(r["metric"]): r["value"] for r in self.prom.query(f"up{{{m}}}")}
         seen_at = {_key(r["metric"]): r["value"]
                    for r in self.prom.query(f"timestamp(up{{{m}}})")}

@@ -21,6 +21,7 @@ import yaml
 
 from dpobs_otel.mixin.tree import default_servers
 from dpobs_otel.readback.prometheus import Prometheus
+from dpobs_otel.testing.prometheus import NATIVE_HISTOGRAMS_FLAG
 
 from .processes import Managed, die_with_parent, free_port
 
@@ -89,7 +90,7 @@ class Stack(Managed):
         self._spawn("prometheus", [
             bins["prometheus"], f"--config.file={tmp / 'prometheus.yml'}",
             f"--storage.tsdb.path={tmp / 'prometheus'}",
-            f"--web.listen-address={self.prometheus[7:]}"])
+            f"--web.listen-address={self.prometheus[7:]}", NATIVE_HISTOGRAMS_FLAG])
         for name, url in (("alertmanager", self.alertmanager), ("prometheus", self.prometheus)):
             self._wait_ready(name, url, timeout)
 

@@ -184,6 +184,7 @@ def _ops(rs: list[Rates]) -> list[Op]:
         if calls > 0:  # the rules drop latency answers for ops without calls in the window
             o.mean_s = secs / calls
             o.p90_s, o.p99_s = (_finite(scrape.quantile(buckets, q)) for q in (0.9, 0.99))
+            o.quantiles = "classic"  # the text scrape's buckets
         out.append(o)
     return sorted(out, key=lambda o: (-(o.share or 0.0), o.op))
 

@@ -34,6 +34,7 @@ class Op:
     mean_s: float | None = None
     p90_s: float | None = None
     p99_s: float | None = None
+    quantiles: str = ""  # where p90/p99 come from: "native" or "classic" histogram
 
 
 @dataclass

@@ -29,6 +29,12 @@ OP_RULES = {  # Op attribute -> the recording rule (one series per job and op)
     "p90_s": f'{names.JOB_OP_QUANTILE}{{quantile="0.9"}}',
     "p99_s": f'{names.JOB_OP_QUANTILE}{{quantile="0.99"}}',
 }
+# Preferred over the classic p90/p99 wherever the native rule has a value (a Prometheus with
+# native histograms on); the classic ones answer elsewhere, and Op.quantiles says which.
+NATIVE_QUANTILES = {
+    "p90_s": f'{names.JOB_OP_NATIVE_QUANTILE}{{quantile="0.9"}}',
+    "p99_s": f'{names.JOB_OP_NATIVE_QUANTILE}{{quantile="0.99"}}',
+}
 BYTES = f"sum by (job, direction) ({names.JOB_OP_DIRECTION_BYTES})"
 PER_PROCESS = names.INSTANCE_FRAC_OF_STEP
 PROCESS_RULES = {  # Process attribute -> the recording rule (one series per process)
@@ -96,6 +102,14 @@ class RulesSource:
                 k = (m.get("job", ""), m.get("op", ""))
                 o = per_op.setdefault(k, Op(op=k[1]))
                 setattr(o, attr, v if math.isfinite(v) else None)
+                if attr in NATIVE_QUANTILES and math.isfinite(v):
+                    o.quantiles = "classic"
+        for attr, expr in NATIVE_QUANTILES.items():
+            for m, v in self.query(expr):
+                o = per_op.get((m.get("job", ""), m.get("op", "")))
+                if o is not None and math.isfinite(v):
+                    setattr(o, attr, v)
+                    o.quantiles = "native"
         queues = verdict.per_job_from_prometheus(self.query)
         names = (seen | {j for d in per_job.values() for j in d} | {j for j, _ in per_op}
                  | set(queues))

@@ -110,12 +110,13 @@ def queue_text(a: Answers) -> Text:
 
 
 def ops_table(a: Answers) -> Table:
-    t = _table("Ops (share of data-plane time, latency from histogram buckets)",
-               "job", "op", "share", "ops/s", "mean ms", "p90 ms", "p99 ms")
+    t = _table("Ops (share of data-plane time; p90/p99 from the native histogram where it "
+               "exists, else the classic buckets: see `from`)",
+               "job", "op", "share", "ops/s", "mean ms", "p90 ms", "p99 ms", "from")
     for j in a.jobs:
         for o in j.ops:
             t.add_row(j.job, o.op, pct(o.share), rate(o.ops_per_s), ms(o.mean_s), ms(o.p90_s),
-                      ms(o.p99_s))
+                      ms(o.p99_s), o.quantiles or "-")
     return t
 
 

@@ -23,6 +23,7 @@ import dpobs_otel as dpobs
 from dpobs_otel.cli import main
 from dpobs_otel.agent.config import AgentError, TLSFiles, agent_config, check_url, parse_header
 from dpobs_otel.agent.process import agent_flag, binary_version, header_warning
+from dpobs_otel.names import OP_DURATION_NATIVE_SERIES
 from dpobs_otel.exporters.filesd import boot_id
 from dpobs_otel.readback.prometheus import Prometheus, PrometheusError
 from dpobs_otel.testing.netns import Client
@@ -150,7 +151,7 @@ def test_runs_the_binary_with_its_flag_and_exits_with_its_code(tmp_path, version
                  "--storage-path", str(tmp_path / "wal")])
     assert code == 7
     args = (tmp_path / "args").read_text().split()
-    assert args[0] == flag
+    assert args[0] == flag and "--enable-feature=native-histograms" in args
     assert f"--storage.agent.path={tmp_path / 'wal'}" in args
     assert "--web.listen-address=127.0.0.1:9095" in args
     assert yaml.safe_load((tmp_path / "wal" / "dpobs-agent.yml").read_text())["global"][
@@ -226,6 +227,12 @@ def test_receiver_down_at_start_is_buffered_then_delivered_with_the_node_label(t
             assert {(r["metric"]["op"], r["metric"]["node"], r["metric"]["role"],
                      r["metric"]["rank"], r["value"]) for r in got} == \
                 {("put", "node-x", "trainer", "1", 5.0), ("get", "node-x", "trainer", "1", 3.0)}
+            # the native histogram too (the agent's flag, send_native_histograms, the
+            # receiver's flag), node kept
+            native = wait_for(lambda: central.query(
+                f'histogram_count({OP_DURATION_NATIVE_SERIES}{{job="agent-test"}}) >= 3'))
+            assert {(r["metric"]["op"], r["metric"]["node"], r["value"]) for r in native} == \
+                {("put", "node-x", 5.0), ("get", "node-x", 3.0)}
             # the scrapes made while the receiver was down arrived from the WAL
             early = central.query(f"count_over_time({sel}[60s])", at=before)
             assert early and min(r["value"] for r in early) >= 3, early

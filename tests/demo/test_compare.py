@@ -91,5 +91,8 @@ def test_the_table_names_every_backend_and_op(results):
     text = compare.table(results)
     for name in results:
         assert name in text.splitlines()[2]
+    # the stack's Prometheus has native histograms on: every quantile cell is native
+    assert {r["quantiles"] for r in results.values()} == {"native"}
+    assert text.splitlines()[3].split()[:2] == ["quantiles", "from"]
     for op in ("put", "get", "list", "clear"):
         assert f"\n  {op}\n" in text

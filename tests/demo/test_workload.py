@@ -135,6 +135,7 @@ def test_lockstep_steps_truth_and_metrics_agree():
     assert rstats.ops["put"].calls == 5 and rollout["bytes"][("put", "write")] > 0
 
 
+@pytest.mark.usefixtures("no_gc")
 @pytest.mark.parametrize("prefetch", [False, True], ids=["lockstep", "prefetch"])
 def test_busy_and_exposed_agree_with_the_workloads_clock(prefetch):
     """Each process's counters against the time its own clock saw: calls in flight during its

@@ -51,7 +51,25 @@ def exercise(tel) -> None:
         hooks.field_digests = original
 
 
-def series_names(tel) -> set[str]:
+@contextlib.contextmanager
+def exercised_process(role: str):
+    """A Telemetry with the guard on that has run exercise(), shut down on exit."""
+    tel = dpobs.start(role=role, rank=0, port=0, verify_tensor_hash=True)
+    try:
+        exercise(tel)
+        yield tel
+    finally:
+        tel.shutdown()
+
+
+def series_names(tel, native: bool = True) -> set[str]:
+    """The sample names of tel's text exposition, and (native) the native histograms that
+    only its protobuf exposition has."""
     text = urllib.request.urlopen(f"http://{tel.endpoint}/metrics", timeout=10).read().decode()
-    return {line.split("{")[0].split(" ")[0] for line in text.splitlines()
-            if line and not line.startswith("#")}
+    out = {line.split("{")[0].split(" ")[0] for line in text.splitlines()
+           if line and not line.startswith("#")}
+    if native:
+        from helpers.protodecode import decode
+        out |= {f.name for f in decode(tel.exporters[0].render_protobuf())
+                if any(m.histogram.zero_threshold > 0 for m in f.metric)}
+    return out

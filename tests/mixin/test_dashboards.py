@@ -29,6 +29,7 @@ PINNED = {f"{h}_{s}" for h in _HISTOGRAMS for s in ("bucket", "sum", "count")} |
     "dpobs_guard_rows_recorded_total", "dpobs_guard_rows_checked_total",
     "dpobs_guard_rows_mismatched_total", "dpobs_guard_rows_unverified_total",
     "dpobs_guard_fields_skipped_total", "dpobs_guard_failures_total",
+    "dpobs_client_operation_duration_native_seconds",  # a native histogram: one series
 }
 
 

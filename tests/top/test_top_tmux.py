@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 from helpers.top import number, refused_port, table
 
+from dpobs_otel.names import JOB_OP_NATIVE_QUANTILE
+
 pytestmark = pytest.mark.slow
 
 STEPS = 40
@@ -129,8 +131,9 @@ def rules(stack) -> dict:
         "share": by("job_op:dpobs_operation_share:ratio_rate5m", "job", "op"),
         "ops": by("job_op:dpobs_client_operations:rate5m", "job", "op"),
         "mean": by(f"{op}:mean_rate5m", "job", "op"),
-        "p90": by(f'{op}:quantile_rate5m{{quantile="0.9"}}', "job", "op"),
-        "p99": by(f'{op}:quantile_rate5m{{quantile="0.99"}}', "job", "op"),
+        # the stack's Prometheus has native histograms on: top shows the native quantiles
+        "p90": by(f'{JOB_OP_NATIVE_QUANTILE}{{quantile="0.9"}}', "job", "op"),
+        "p99": by(f'{JOB_OP_NATIVE_QUANTILE}{{quantile="0.99"}}', "job", "op"),
         "process": by("instance:dpobs_frac_of_step:ratio_rate5m", "instance"),
         "alerts": sorted({a["labels"]["alertname"] for a in stack.api("alerts")["alerts"]
                           if a["state"] == "firing"}),
@@ -202,6 +205,7 @@ def test_top_on_prometheus_shows_the_recording_rules(paused_demo):
         for col, key in (("mean ms", "mean"), ("p90 ms", "p90"), ("p99 ms", "p99")):
             if ("dpobs", op) in r1[key]:
                 check(row[col], key, ("dpobs", op), scale=1e3)
+                assert row["from"] == "native", row
             else:  # no calls in the window: the rules have no latency, nor does the view
                 assert row[col] == "-"
     procs = table(shown, "Processes")

@@ -1,0 +1,221 @@
+"""Native histograms read straight from a process's protobuf exposition, merged across
+processes and asked for quantiles the way Prometheus 2.x's histogram_quantile() answers them
+(linear interpolation inside a bucket), for readers without a Prometheus (the demo's report).
+
+    hists = native.fetch("127.0.0.1:9464")          # {(family, labels): NativeHistogram}
+    pooled = native.merge(h for (name, labels), h in hists.items() if ...)
+    pooled.quantile(0.99)
+
+The decoder reads only what it needs of io.prometheus.client.MetricFamily (name = 1,
+metric = 4; Metric.label = 1, Metric.histogram = 7; Histogram's sample_count = 1,
+sample_sum = 2, schema = 5, zero_threshold = 6, zero_count = 7, positive_span = 12,
+positive_delta = 13) and skips everything else by wire type, so families without native
+histograms pass through unread. Durations are never negative: negative buckets are not read.
+"""
+from __future__ import annotations
+
+import http.client
+import math
+import ssl
+import struct
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+ACCEPT = ("application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;"
+          "encoding=delimited")
+
+
+@dataclass
+class NativeHistogram:
+    schema: int
+    zero_threshold: float = 0.0
+    zero_count: float = 0.0
+    count: float = 0.0
+    sum: float = 0.0
+    buckets: dict[int, float] = field(default_factory=dict)  # Prometheus index j -> count
+
+    def bounds(self, j: int) -> tuple[float, float]:
+        """Bucket j holds (2**((j-1)/2**schema), 2**(j/2**schema)]."""
+        step = 2.0 ** -self.schema
+        return 2.0 ** ((j - 1) * step), 2.0 ** (j * step)
+
+    def at_schema(self, schema: int) -> "NativeHistogram":
+        """The same observations at a lower schema: bucket j goes to ceil(j / 2**d)."""
+        d = self.schema - schema
+        if d < 0:
+            raise ValueError("a histogram cannot be upscaled")
+        out = NativeHistogram(schema, self.zero_threshold, self.zero_count, self.count,
+                              self.sum)
+        for j, c in self.buckets.items():
+            k = -((-j) >> d)  # ceil(j / 2**d) for either sign
+            out.buckets[k] = out.buckets.get(k, 0.0) + c
+        return out
+
+    def quantile(self, q: float) -> float:
+        """histogram_quantile(q, ...) of Prometheus 2.x: the zero bucket [0, threshold]
+        first, then each bucket in turn, interpolating linearly inside the one that holds
+        the rank. NaN without observations."""
+        if self.count <= 0:
+            return math.nan
+        rank, seen = q * self.count, self.zero_count
+        if rank <= seen:
+            return self.zero_threshold * (rank / seen if seen else 0.0)
+        upper = self.zero_threshold
+        for j in sorted(self.buckets):
+            c = self.buckets[j]
+            lower, upper = self.bounds(j)
+            if c and seen + c >= rank:
+                return lower + (upper - lower) * (rank - seen) / c
+            seen += c
+        return upper
+
+
+def merge(hists: Iterable[NativeHistogram]) -> NativeHistogram | None:
+    """The sum of several processes' histograms, at the lowest schema among them (as
+    Prometheus's sum() does); None for none."""
+    hists = list(hists)
+    if not hists:
+        return None
+    schema = min(h.schema for h in hists)
+    out = NativeHistogram(schema, max(h.zero_threshold for h in hists))
+    for h in hists:
+        h = h.at_schema(schema)
+        out.count += h.count
+        out.sum += h.sum
+        out.zero_count += h.zero_count
+        for j, c in h.buckets.items():
+            out.buckets[j] = out.buckets.get(j, 0.0) + c
+    return out
+
+
+def pooled(per_process: Iterable[dict], family: str, **labels: str) -> NativeHistogram | None:
+    """One series (family and exact labels) of several processes' fetch() answers, merged;
+    None when no process serves it."""
+    want = (family, frozenset(labels.items()))
+    return merge(h[want] for h in per_process if want in h)
+
+
+# -- wire format ---------------------------------------------------------------------------
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    shift = result = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result, pos
+        shift += 7
+
+
+def _fields(buf: bytes):
+    """(field number, wire type, value) of one message: ints for varints, bytes for
+    length-delimited fields, floats for 64-bit ones (doubles, the only ones here)."""
+    pos = 0
+    while pos < len(buf):
+        key, pos = _varint(buf, pos)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            value, pos = _varint(buf, pos)
+        elif wire == 1:
+            value, pos = struct.unpack_from("<d", buf, pos)[0], pos + 8
+        elif wire == 2:
+            size, pos = _varint(buf, pos)
+            value, pos = buf[pos:pos + size], pos + size
+        elif wire == 5:
+            value, pos = buf[pos:pos + 4], pos + 4
+        else:
+            raise ValueError(f"unsupported wire type {wire}")
+        yield number, wire, value
+
+
+def _unzigzag(n: int) -> int:
+    return (n >> 1) ^ -(n & 1)
+
+
+def _sints(wire: int, value) -> list[int]:
+    """A repeated sint field's values, packed (one LEN field) or not (one varint each)."""
+    if wire == 0:
+        return [_unzigzag(value)]
+    out, pos = [], 0
+    while pos < len(value):
+        v, pos = _varint(value, pos)
+        out.append(_unzigzag(v))
+    return out
+
+
+def _histogram(buf: bytes) -> NativeHistogram | None:
+    h = NativeHistogram(schema=0)
+    spans, deltas, native = [], [], False
+    for number, wire, value in _fields(buf):
+        if number == 1:
+            h.count = float(value)
+        elif number == 2:
+            h.sum = value
+        elif number == 5:
+            h.schema, native = _unzigzag(value), True
+        elif number == 6:
+            h.zero_threshold, native = value, native or value > 0
+        elif number == 7:
+            h.zero_count = float(value)
+        elif number == 12:
+            span = dict((n, v) for n, _, v in _fields(value))
+            spans.append((_unzigzag(span.get(1, 0)), span.get(2, 0)))
+            native = True
+        elif number == 13:
+            deltas += _sints(wire, value)
+    if not native:
+        return None  # a classic histogram
+    index, count, it = 0, 0, iter(deltas)
+    for offset, length in spans:
+        index += offset
+        for _ in range(length):
+            count += next(it)
+            h.buckets[index] = float(count)
+            index += 1
+    return h
+
+
+def decode(body: bytes) -> dict[tuple[str, frozenset], NativeHistogram]:
+    """Every native histogram of a delimited MetricFamily stream, by (family, labels)."""
+    out, pos = {}, 0
+    while pos < len(body):
+        size, pos = _varint(body, pos)
+        name, metrics = "", []
+        for number, _, value in _fields(body[pos:pos + size]):
+            if number == 1:
+                name = value.decode()
+            elif number == 4:
+                metrics.append(value)
+        pos += size
+        for m in metrics:
+            labels, hist = {}, None
+            for number, _, value in _fields(m):
+                if number == 1:
+                    pair = {n: v.decode() for n, _, v in _fields(value)}
+                    labels[pair.get(1, "")] = pair.get(2, "")
+                elif number == 7:
+                    hist = _histogram(value)
+            if hist is not None:
+                out[(name, frozenset(labels.items()))] = hist
+    return out
+
+
+def fetch(address: str, timeout: float = 5.0, ssl_context: ssl.SSLContext | None = None
+          ) -> dict[tuple[str, frozenset], NativeHistogram]:
+    """The native histograms of one endpoint ("host:port"), asked for in protobuf."""
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    conn = (http.client.HTTPSConnection(host, int(port), timeout=timeout, context=ssl_context)
+            if ssl_context is not None else
+            http.client.HTTPConnection(host, int(port), timeout=timeout))
+    try:
+        conn.request("GET", "/metrics", headers={"Accept": ACCEPT})
+        r = conn.getresponse()
+        body = r.read()
+        if r.status != 200:
+            raise OSError(f"{address}: HTTP {r.status}")
+        if "protobuf" not in (r.getheader("Content-Type") or ""):
+            return {}  # an endpoint without the protobuf exposition has no native histograms
+        return decode(body)
+    finally:
+        conn.close()
