@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	# torch first and pinned: an unpinned resolve pulls a multi-GB CUDA build.
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[test,dashboards,transferqueue,mooncake,instrument,top]'
+	$(BIN)/pip install -q -e '.[test,dashboards,transferqueue,mooncake,instrument,top,otlp,timeline]'
 	# An editable install leaves out the DPOBS_AUTO start-up hook a wheel installs (setup.py).
 	cp dpobs_otel/dpobs-otel-auto.pth "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/"
 	touch $(STAMP)

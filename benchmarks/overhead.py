@@ -160,16 +160,17 @@ def arms(tel, tel0, batch) -> dict:
             "c": tel.instrument(NoOp(batch)), "c0": tel0.instrument(NoOp(batch))}
 
 
-def run(args) -> dict:
-    """{shape: {arm: [cycle seconds]}}, every arm of every shape in each round."""
+def run(args, make_arms=arms) -> dict:
+    """{shape: {arm: [cycle seconds]}}, every arm of every shape in each round (make_arms:
+    another benchmark's arms, e.g. benchmarks/tracing.py's; d, the bare store, is added)."""
     ids = [f"s{i}" for i in range(ROWS)]
     tel, tel0 = dpobs.start(role="bench"), classic_only()
     shapes = {}
     for name, make in SHAPES.items():
         batch = make()
-        shapes[name] = (batch, list(batch.keys()), arms(tel, tel0, batch))
+        shapes[name] = (batch, list(batch.keys()), make_arms(tel, tel0, batch))
     bare = dpobs.InMemoryDataPlane()
-    times = {name: {k: [] for k, _ in ARMS} for name in shapes}
+    times = {name: {k: [] for k in (*shapes[name][2], "d")} for name in shapes}
     for _ in range(20):  # warm-up: first SDK records allocate their aggregations
         for batch, select, clients in shapes.values():
             for c in clients.values():

@@ -15,6 +15,8 @@ COMMANDS = {
     "kubernetes": ("dpobs_otel.mixin.kubernetes", "write the Kubernetes manifests"),
     "agent": ("dpobs_otel.agent.command", "run the per-node Prometheus agent (remote write)"),
     "top": ("dpobs_otel.top.command", "a live terminal view of the answers (no Grafana)"),
+    "timeline": ("dpobs_otel.tracing.command",
+                 "traced processes' spans as a Perfetto timeline (JSON) and a PNG"),
 }
 
 

@@ -27,6 +27,7 @@ class InstrumentedClient(AwaitedOps, Reconciling):
         self._record = tel.op_duration.record
         self._cp = tel.critical
         self._attrs = tel.op_attrs
+        self._tracer = tel.tracer  # None unless tracing is on: one `is not None` per op
         self._occ = Occupancy()
         self._rows_since_reconcile = 0
         self._reconcile_rows = tel.settings.reconcile_rows
@@ -87,6 +88,8 @@ class InstrumentedClient(AwaitedOps, Reconciling):
             self.record_op("put", t2 - t1, n, write=sum(sizes.values()),
                        occupy=(partition_id, sample_ids, sizes),
                        overhead=t1 - t0 if self._guard is None else 0.0, t_end=t2)
+            if self._tracer is not None:
+                self._tracer.op("put", t1, t2, partition_id, n, sum(sizes.values()))
             self._rows_since_reconcile += n
             if self._rows_since_reconcile >= self._reconcile_rows:
                 self._reconcile()
@@ -139,6 +142,8 @@ class InstrumentedClient(AwaitedOps, Reconciling):
                 self._occ.release(partition_id, sample_ids)
             # The guard has nothing to release: its digests live beside the rows, in the store.
             self.record_op("clear", t2 - t1, n, t_end=t2)
+            if self._tracer is not None:
+                self._tracer.op("clear", t1, t2, partition_id, n, 0)
         except Exception as exc:
             self._tel.internal_error("client", exc)
 
@@ -203,6 +208,8 @@ class InstrumentedClient(AwaitedOps, Reconciling):
         try:
             self.record_op(op, t2 - t1, len(sample_ids), read=nbytes, missing=missing,
                            overhead=t1 - t0 if guard is None else 0.0, t_end=t3)
+            if self._tracer is not None:
+                self._tracer.op(op, t1, t2, partition_id, len(sample_ids), nbytes)
         except Exception as exc:
             self._tel.internal_error("client", exc)
         return result
@@ -265,6 +272,7 @@ class InstrumentedClient(AwaitedOps, Reconciling):
             self._stats.add_time("adapter", perf_counter() - t)
 
     def _call(self, op, fn, args, kwargs, read_result=False):
+        pid = None if self._tracer is None else self._tracer.partition_of(args, kwargs)
         t1 = perf_counter()
         step = self._cp.begin(t1)
         try:
@@ -274,16 +282,18 @@ class InstrumentedClient(AwaitedOps, Reconciling):
             raise
         if type(result) not in NOT_AWAITABLE and is_awaitable(result):
             self._cp.retract(step, t1)
-            return self._call_async(op, result, t1, read_result)
+            return self._call_async(op, result, t1, read_result, pid)
         t2 = perf_counter()
         self._cp.end(step, t1, t2)
-        return self._call_done(op, result, t1, t2, read_result)
+        return self._call_done(op, result, t1, t2, read_result, pid)
 
-    def _call_done(self, op, result, t1, t2, read_result):
+    def _call_done(self, op, result, t1, t2, read_result, pid=None):
         read = self._sized(0, payload_nbytes, result) if read_result else 0
         try:
             keys = len(result) if isinstance(result, (list, tuple, set, dict)) else 0
             self.record_op(op, t2 - t1, keys, read=read, t_end=t2)
+            if self._tracer is not None:
+                self._tracer.op(op, t1, t2, pid, keys, read)
         except Exception as exc:
             self._tel.internal_error("client", exc)
         return result
@@ -352,6 +362,8 @@ class InstrumentedClient(AwaitedOps, Reconciling):
                 if dt > s.window_max:
                     s.window_max = dt
                 st.errors[key] = st.errors.get(key, 0) + 1
+            if self._tracer is not None:
+                self._tracer.failed(op, dt, key[1])
         except Exception as internal:
             self._tel.internal_error("client", internal)
 

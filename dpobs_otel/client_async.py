@@ -28,9 +28,9 @@ class AwaitedOps:
         return self._read_done(op, fn, result, t0, t1, t2, sample_ids, partition_id,
                                select_fields, kwargs, added, mixed)
 
-    async def _call_async(self, op, pending, t1, read_result):
+    async def _call_async(self, op, pending, t1, read_result, pid=None):
         result, t2, _ = await self._settle(op, pending, t1)
-        return self._call_done(op, result, t1, t2, read_result)
+        return self._call_done(op, result, t1, t2, read_result, pid)
 
     async def awaiting(self, pending):
         """Await `pending`, an op whose measured path runs elsewhere (an adapter's worker

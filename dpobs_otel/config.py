@@ -42,6 +42,10 @@ class Settings:
     tls_client_cafile: str | None = None  # when set, clients must present a certificate
     reconcile_rows: int = 16384  # rows put between occupancy reconciliations
     row_age: bool = False  # rows carry their write time; reads observe their age (rowage.py)
+    trace: bool = False  # spans of ops, steps and waits (tracing/), served at /trace
+    trace_ring: int = 16384  # spans each process keeps (the oldest go first)
+    trace_every: int = 1  # trace one step in this many (ops outside steps follow the process's)
+    node: str | None = None  # the node on spans (default: this host's name)
 
     @classmethod
     def resolve(cls, env=os.environ, **given) -> "Settings":
@@ -83,6 +87,9 @@ class Settings:
             raise ValueError(f"port must be 0..65535, got {self.port}")
         if self.reconcile_rows < 1:
             raise ValueError(f"reconcile_rows must be >= 1, got {self.reconcile_rows}")
+        if self.trace_ring < 1 or self.trace_every < 1:
+            raise ValueError(f"trace_ring and trace_every must be >= 1, got "
+                             f"{self.trace_ring} and {self.trace_every}")
         if (self.tls_certfile is None) != (self.tls_keyfile is None):
             raise ValueError("TLS needs both tls_certfile and tls_keyfile")
         if self.tls_client_cafile and not self.tls_certfile:
@@ -95,6 +102,10 @@ class Settings:
         if self.host in ("0.0.0.0", "::", ""):
             return socket.gethostname()
         return self.host
+
+    @property
+    def node_name(self) -> str:
+        return self.node or socket.gethostname()
 
 
 # Each setting's Python type, from its annotation ("int", "str | None", ...).

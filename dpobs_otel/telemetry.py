@@ -12,7 +12,7 @@ from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, V
 from opentelemetry.sdk.resources import Resource
 from . import names
 from .config import Settings
-from .critical import CriticalPath
+from .critical import CriticalPath, Exposure
 from .exposed import exposed_iterable
 from .stats import Stats
 from .stepmetrics import StepMetrics
@@ -59,6 +59,10 @@ class Telemetry:
             from .rowage import RowAge  # off by default: rows carry no stamp without it
             self.row_age = RowAge(meter, self)
         self._step_metrics = StepMetrics(self.stats, self.critical, self.guard, self.row_age)
+        self.tracer = self._otlp = None
+        if s.trace:  # off by default: nothing of tracing/ is imported without it
+            from .tracing import attach
+            self.tracer, self._otlp = attach(self)
         self._cluster_views: dict = {}  # source -> cluster.ClusterView
         self._closed = False
 
@@ -175,6 +179,7 @@ class Telemetry:
         coroutine the step belongs to the task that entered it."""
         t0 = perf_counter()
         opened = self._begin("step", self.critical.step_begin, t0)
+        traced = None if self.tracer is None else self._begin("trace", self.tracer.step_begin)
         try:
             yield
         finally:
@@ -185,6 +190,8 @@ class Telemetry:
                 self._step_done(t1 - t0)
             except Exception as exc:  # the user's block ran; only our bookkeeping failed
                 self.internal_error("step", exc)
+            if traced is not None:
+                self._begin("trace", self.tracer.step_end, traced, t0, t1)
 
     def _begin(self, component: str, fn, *args):
         try:
@@ -197,12 +204,20 @@ class Telemetry:
         """`with tel.waiting():` the step's own thread (or task) blocks on data-plane work
         done elsewhere (a prefetch queue, futures): exposed time. Outside a step, or on
         another thread, it counts nothing."""
-        return self._begin("step", self.critical.exposure) or contextlib.nullcontext()
+        return self._waiting("waiting")
 
     def exposed(self, iterable):
         """`for batch in tel.exposed(loader):` the time next() (or __anext__) takes is
         exposed time; the batches pass through unchanged."""
-        return exposed_iterable(iterable, self.waiting)
+        return exposed_iterable(iterable, lambda: self._waiting("exposed"))
+
+    def _waiting(self, kind: str):
+        exposure = self._begin("step", self.critical.exposure)
+        if exposure is None:
+            return contextlib.nullcontext()
+        if self.tracer is not None and isinstance(exposure, Exposure):
+            return self.tracer.waiting(exposure, kind)  # a span for the waits that count
+        return exposure
 
     def codec(self, stage: str):
         """`with tel.codec("pack"):` codec work done outside the client."""
@@ -287,6 +302,8 @@ class Telemetry:
         if self._closed:
             return
         self._closed = True
+        if self._otlp is not None:
+            self._begin("trace", self._otlp.shutdown)  # the spans still queued go out first
         for e in self.exporters:
             e.shutdown()
         self._provider.shutdown()  # also unregisters the readers' collectors
@@ -303,7 +320,9 @@ def start(role: str | None = None, rank: int | None = None, *, job: str | None =
           verify_tensor_hash: bool | None = None, advertise_host: str | None = None,
           tls_certfile: str | None = None, tls_keyfile: str | None = None,
           tls_client_cafile: str | None = None, reconcile_rows: int | None = None,
-          row_age: bool | None = None, exporters=None) -> "Telemetry | DisabledTelemetry":
+          row_age: bool | None = None, trace: bool | None = None,
+          trace_ring: int | None = None, trace_every: int | None = None,
+          node: str | None = None, exporters=None) -> "Telemetry | DisabledTelemetry":
     """Start dpobs in this process and return its Telemetry.
 
     Every argument left None comes from its DPOBS_<NAME> environment variable, then the
@@ -312,16 +331,19 @@ def start(role: str | None = None, rank: int | None = None, *, job: str | None =
     written into file_sd when host is a wildcard. tls_*: serve /metrics over TLS, mutual
     when tls_client_cafile is set. reconcile_rows: rows put between occupancy
     reconciliations. row_age: rows carry their write time and reads observe their age
-    (rowage.py). exporters: replace the default Prometheus exporter (see
-    dpobs_otel.exporters). OTEL_SDK_DISABLED=true or DPOBS_DISABLED=1 turns dpobs off: the
-    result instruments nothing and serves nothing."""
+    (rowage.py). trace: spans of ops, steps and waits, served at /trace; trace_ring: the
+    spans each process keeps; trace_every: trace one step in this many; node: the node on
+    the spans (default the host name); docs/timeline.md. exporters: replace the default
+    Prometheus exporter (see dpobs_otel.exporters). OTEL_SDK_DISABLED=true or
+    DPOBS_DISABLED=1 turns dpobs off: the result instruments nothing and serves nothing."""
     if disabled():
         return DisabledTelemetry()
     settings = Settings.resolve(
         role=role, rank=rank, job=job, host=host, port=port, sd_dir=sd_dir,
         verify_tensor_hash=verify_tensor_hash, advertise_host=advertise_host,
         tls_certfile=tls_certfile, tls_keyfile=tls_keyfile,
-        tls_client_cafile=tls_client_cafile, reconcile_rows=reconcile_rows, row_age=row_age)
+        tls_client_cafile=tls_client_cafile, reconcile_rows=reconcile_rows, row_age=row_age,
+        trace=trace, trace_ring=trace_ring, trace_every=trace_every, node=node)
     return Telemetry(settings, exporters)
 
 
@@ -335,7 +357,7 @@ class DisabledTelemetry:
     """What start() returns when dpobs is switched off: the user's code runs unchanged."""
 
     settings = None
-    guard = row_age = None
+    guard = row_age = tracer = None
     endpoint = url = registry = None
 
     def instrument(self, inner):

@@ -10,6 +10,7 @@ import json
 import re
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -152,7 +153,19 @@ def test_built_env_variables_are_read():
         assert f'"{var}"' in source, var
 
 
-def test_spans_have_no_checker_until_tracing_is_built():
-    # The timeline issue marks spans built and replaces this with a check of a traced
-    # process's /trace ring; until then a span marked built would go unchecked.
-    assert not _built("spans")
+def test_built_spans_are_in_a_traced_process_ring():
+    tel = dpobs.start(role="contract", rank=0, port=0, trace=True)
+    try:
+        exercise(tel)
+        if "dpobs.wait" in _built("spans"):
+            with tel.step(), tel.waiting():
+                pass
+        with urllib.request.urlopen(f"http://{tel.endpoint}/trace", timeout=10) as r:
+            spans = {s["name"] for s in json.load(r)["spans"]}
+    finally:
+        tel.shutdown()
+    for name in _built("spans"):
+        if name == "dpobs.<op>":
+            assert {f"dpobs.{op}" for op in ("put", "get", "list", "clear")} <= spans, spans
+        else:
+            assert name in spans, (name, spans)

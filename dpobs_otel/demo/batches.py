@@ -40,6 +40,7 @@ class Config:
     job: str | None = None  # the Prometheus job (None: DPOBS_JOB, else "dpobs")
     async_k: int = 0  # --async K: no barrier, the rollout up to K steps ahead (asynchronous.py)
     row_age: bool = False  # dpobs.start(row_age=True) in every process
+    trace: bool = False  # spans in every process (dpobs.start(trace=True))
 
     def roles(self) -> list[tuple[str, int]]:
         return ([("rollout", 0)] + [("trainer", r) for r in range(self.trainers)]

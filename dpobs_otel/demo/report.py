@@ -19,6 +19,7 @@ from ..readback import native
 from ..readback.scrape import quantile as bucket_quantile  # histogram_quantile, {le: count}
 from ..readback.cluster import ClusterView, text as cluster_text
 from .logs import BackendLog, log_dir
+from ..tracing.command import add_trace_flag, demo_outputs
 from .progress import Progress
 from ..testing.stack import Stack, binaries
 from .backends import BACKENDS, available
@@ -32,11 +33,9 @@ MB = 1e6
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--backend", choices=BACKENDS, default="memory",
-                   help="the data plane the workload runs on (default memory: the embedded "
-                        "store)")
-    p.add_argument("--job", default=None, help="Prometheus job label (default: DPOBS_JOB, "
-                                               "else dpobs)")
+    p.add_argument("--backend", choices=BACKENDS, default="memory", help="the data plane "
+                   "the workload runs on (default memory: the embedded store)")
+    p.add_argument("--job", help="Prometheus job label (default: DPOBS_JOB, else dpobs)")
     p.add_argument("--steps", type=int, default=200, help="measured steps (default 200)")
     p.add_argument("--trainers", type=int, default=2, help="trainer processes (default 2)")
     p.add_argument("--batch-size", type=int, default=64, help="rows per step (default 64)")
@@ -67,10 +66,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1", help="bind the /metrics endpoints here")
     p.add_argument("--advertise-host", default=None, metavar="NAME",
                    help="host name written into file_sd (when --host is a wildcard)")
+    add_trace_flag(p)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--log-dir", default=None, metavar="DIR",
-                   help="where the backend's own logs go (default: a new folder under the "
-                        "temp dir)")
+    p.add_argument("--log-dir", default=None, metavar="DIR", help="where the backend's own "
+                   "logs (and --trace's files) go (default: a new folder under the temp dir)")
 
 
 def config(args) -> Config:
@@ -87,7 +86,7 @@ def config(args) -> Config:
     return Config(steps=args.steps, trainers=args.trainers, batch_size=args.batch_size,
                   min_len=args.min_len, max_len=args.max_len, duration=args.duration,
                   latency_s=args.store_latency_ms / 1e3, verify=args.verify_tensor_hash,
-                  corrupt_at=args.corrupt_at_step, seed=args.seed, job=args.job,
+                  corrupt_at=args.corrupt_at_step, seed=args.seed, job=args.job, trace=args.trace,
                   sd_dir=args.sd_dir, host=args.host, advertise_host=args.advertise_host,
                   backend=args.backend, async_k=args.async_k, row_age=args.row_age,
                   prefetch=args.prefetch, rollout_ms=args.rollout_ms, train_ms=args.train_ms)
@@ -390,6 +389,7 @@ def run(args) -> int:
                 state["running"] = False
                 progress.finish()
                 print(report(res, stack, cfg), file=backend.out, flush=True)
+                demo_outputs(cfg, res.info, backend.path.parent, backend.out)
     except KeyboardInterrupt:
         print("\ninterrupted; everything started is stopped", file=sys.stderr)
         return 130

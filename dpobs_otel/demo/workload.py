@@ -63,7 +63,7 @@ def _process(role, rank, cfg: Config, spec, sync: Sync, out) -> None:
     try:
         tel = dpobs.start(role=role, rank=rank, job=cfg.job, sd_dir=cfg.sd_dir, host=cfg.host,
                           advertise_host=cfg.advertise_host, verify_tensor_hash=cfg.verify,
-                          row_age=cfg.row_age)
+                          row_age=cfg.row_age, trace=cfg.trace or None)
         raw = backends.connect(spec)
         timed = Timed(raw, ROLE_OPS[role])
         client = tel.instrument(timed)

@@ -269,6 +269,8 @@ class InstrumentedMooncakeStore:
                       if op == "put" and ok else None)
             acct.record_op(op, t2 - t1, keys, read=read, write=write, missing=missing,
                            occupy=occupy, t_end=t2)
+            if self._tel.tracer is not None:
+                self._tel.tracer.op(op, t1, t2, RAW_PARTITION, keys, read + write)
             if op == "clear":
                 self._release(name, args, ok, result)
             if code:
