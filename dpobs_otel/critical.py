@@ -165,20 +165,25 @@ class CriticalPath:
     def _fold(self, now: float) -> float:
         """Busy time up to now; what lies before the earliest op still in flight is final
         and leaves the lists (no op can begin before it any more)."""
-        flying, starts, ends = self._flying, self._starts, self._ends
-        while starts:
-            t1 = starts.popleft()
-            flying[t1] = flying.get(t1, 0) + 1
-        while ends:
-            t1, t2 = ends.popleft()
-            n = flying.get(t1, 0) - 1  # -1: its start is still in the deque, folded next
+        flying, starts, ends, ops = self._flying, self._starts, self._ends, self._ops
+        get, pop, add = flying.get, starts.popleft, ops.append
+        for _ in range(len(starts)):  # popleft is atomic: appends racing this stay queued
+            t1 = pop()
+            flying[t1] = get(t1, 0) + 1
+        pop = ends.popleft
+        for _ in range(len(ends)):
+            iv = pop()
+            n = get(iv[0], 0) - 1  # -1: its start is still in the deque, folded next
             if n:
-                flying[t1] = n
+                flying[iv[0]] = n
             else:
-                del flying[t1]
-            self._ops.append((t1, t2))
+                del flying[iv[0]]
+            add(iv)
         live = [t1 for t1, n in flying.items() if n > 0]
         horizon = max(min(live, default=now), self._horizon)
+        if not self._open and not self._spans:  # no step to overlap, now or to come:
+            self._ops, self._horizon = [], horizon  # a finished op cannot count any more
+            return self._busy
         ops = self._ops + [(t1, now) for t1 in live]
         steps = self._spans + [(t0, now) for t0 in self._open.values()]
         self._busy += _overlap(ops, steps, self._horizon, horizon)
