@@ -165,7 +165,8 @@ class InstrumentedClient(AwaitedOps, Reconciling):
             select = self._guarded(guard.before_get, select_fields, select_fields)
         if self._row_age is not None:
             select = self._row_age.select(select)
-        added = select != select_fields  # digest or stamp columns were asked for by name
+        # Digest or stamp columns were asked for by name (compared only when a hook ran).
+        added = select is not select_fields and select != select_fields
         t1 = perf_counter()
         step = self._cp.begin(t1)
         try:

@@ -3,11 +3,10 @@ had a data-plane op in flight (busy) and how much a step's own thread or task wa
 the data plane (exposed). data_plane_s (op-seconds) stays in Stats; these two need the order
 of events, so every op reports the start and end of its measured interval here.
 
-The hot path takes no lock. begin() and end() append to deques (atomic in CPython); the
-union of op intervals is folded against the steps' intervals when someone reads the totals
-and at each step's end, under the lock, so memory holds one step's ops at most. A step's
-exposure is only ever changed by the thread that owns it (its own thread, or the event loop
-thread running its task), as one tuple replaced at once, so readers see a consistent value.
+Busy time is kept as it happens: a count of ops in flight and of open steps, under one lock,
+and the time both were nonzero. A step's exposure is only ever changed by the thread that
+owns it (its own thread, or the event loop thread running its task), as one tuple replaced
+at once, so readers see a consistent value without the lock.
 A step entered in a coroutine belongs to the task that entered it; ops of other tasks count
 as exposed only while that task awaits them (asyncio_waits.py).
 """
@@ -15,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections import deque
 from contextvars import ContextVar
 from time import perf_counter
 
@@ -28,8 +26,6 @@ _STEP: ContextVar["Step | None"] = ContextVar("dpobs_step", default=None)
 # How often a data-plane op in a task the step has not awaited (yet) looks whether it now
 # does: the resolution of exposure in that one case (a prefetch task awaited late).
 POLL_S = 0.001
-# Finished ops folded early when this many wait (a process that never opens a step).
-FOLD_AT = 4096
 
 
 class Step:
@@ -69,24 +65,21 @@ class Step:
 
 class CriticalPath:
     def __init__(self):
-        self.lock = threading.Lock()  # the fold, the steps and the readings
-        self._starts: deque = deque()  # t1 of ops begun, not yet folded
-        self._ends: deque = deque()  # (t1, t2) of ops ended, not yet folded
-        # Under the lock: ops in flight by start (a count: two may share a start), finished
-        # ops and step spans not yet folded, open steps, and everything folded so far.
-        self._flying: dict[float, int] = {}
-        self._ops: list[tuple[float, float]] = []
-        self._spans: list[tuple[float, float]] = []
-        self._open: dict[Step, float] = {}
-        self._horizon = 0.0  # busy time before it is final, in _busy
+        self.lock = threading.Lock()
+        self._steps: set[Step] = set()  # open steps
+        self._inflight = 0
+        self._busy_since = 0.0
         self._busy = 0.0
         self._exposed = 0.0  # of closed steps
 
-    # -- ops (the hot path: no lock) ----------------------------------------------------
+    # -- ops ----------------------------------------------------------------------------
+    # begin() and end() run on every op: one short lock hold each, taken with
+    # acquire/release (about half the cost of `with` here). Events arrive in time order but
+    # for the instant between reading the clock and taking the lock.
     def begin(self, t1: float) -> Step | None:
         """An op's measured interval starts at t1. Returns the step it exposes (the caller
         is that step's own thread or task) or None; hand it and t1 to end()."""
-        self._starts.append(t1)
+        self._in_flight(t1)
         step = _STEP.get()
         if step is not None and step.owns(self):
             step.enter(t1)
@@ -94,12 +87,16 @@ class CriticalPath:
         return None
 
     def end(self, step: Step | None, t1: float, t2: float) -> None:
-        ends = self._ends
-        ends.append((t1, t2))
+        lock = self.lock
+        lock.acquire()
+        try:
+            self._inflight -= 1
+            if not self._inflight and self._steps:
+                self._busy += max(t2 - self._busy_since, 0.0)
+        finally:
+            lock.release()
         if step is not None:
             step.leave(t2)
-        if len(ends) > FOLD_AT:
-            self.totals(t2)
 
     def retract(self, step: Step | None, t1: float) -> None:
         """Undo begin(): the call only made an awaitable. The op is in flight, and which task
@@ -107,11 +104,23 @@ class CriticalPath:
         never ran."""
         self.end(step, t1, t1)
 
+    def _in_flight(self, t: float) -> None:
+        lock = self.lock
+        lock.acquire()
+        try:
+            self._inflight += 1
+            if self._inflight == 1 and self._steps:
+                self._busy_since = t
+        finally:
+            lock.release()
+
     # -- steps --------------------------------------------------------------------------
     def step_begin(self, t: float) -> tuple[Step, object]:
         step = Step(self, threading.get_ident(), asyncio_waits.current_task())
         with self.lock:
-            self._open[step] = max(t, self._horizon)
+            if not self._steps and self._inflight:
+                self._busy_since = t
+            self._steps.add(step)
         return step, _STEP.set(step)
 
     def step_end(self, opened: tuple[Step, object], t: float) -> None:
@@ -124,8 +133,9 @@ class CriticalPath:
         with self.lock:
             step.closed = True
             self._exposed += exposed
-            self._spans.append((self._open.pop(step), t))
-        self.totals(t)  # fold: what waits for the fold is one step's ops at most
+            self._steps.discard(step)
+            if not self._steps and self._inflight:
+                self._busy += max(t - self._busy_since, 0.0)
 
     # -- exposure -----------------------------------------------------------------------
     def exposure(self) -> "Exposure":
@@ -142,7 +152,7 @@ class CriticalPath:
         awaits only after computing is exposed from then on)."""
         t1 = perf_counter()
         if busy:
-            self._starts.append(t1)
+            self._in_flight(t1)
         watch = _Watch(self, _STEP.get())
         try:
             return await awaitable
@@ -158,56 +168,11 @@ class CriticalPath:
         reading only adds to them, so the counters stay monotonic."""
         now = perf_counter() if now is None else now
         with self.lock:
-            busy = self._fold(now)
-            exposed = self._exposed + sum(s.exposed(now) for s in self._open)
+            busy = self._busy
+            if self._steps and self._inflight:
+                busy += max(now - self._busy_since, 0.0)
+            exposed = self._exposed + sum(s.exposed(now) for s in self._steps)
         return busy, exposed
-
-    def _fold(self, now: float) -> float:
-        """Busy time up to now; what lies before the earliest op still in flight is final
-        and leaves the lists (no op can begin before it any more)."""
-        flying, starts, ends, ops = self._flying, self._starts, self._ends, self._ops
-        get, pop, add = flying.get, starts.popleft, ops.append
-        for _ in range(len(starts)):  # popleft is atomic: appends racing this stay queued
-            t1 = pop()
-            flying[t1] = get(t1, 0) + 1
-        pop = ends.popleft
-        for _ in range(len(ends)):
-            iv = pop()
-            n = get(iv[0], 0) - 1  # -1: its start is still in the deque, folded next
-            if n:
-                flying[iv[0]] = n
-            else:
-                del flying[iv[0]]
-            add(iv)
-        live = [t1 for t1, n in flying.items() if n > 0]
-        horizon = max(min(live, default=now), self._horizon)
-        if not self._open and not self._spans:  # no step to overlap, now or to come:
-            self._ops, self._horizon = [], horizon  # a finished op cannot count any more
-            return self._busy
-        ops = self._ops + [(t1, now) for t1 in live]
-        steps = self._spans + [(t0, now) for t0 in self._open.values()]
-        self._busy += _overlap(ops, steps, self._horizon, horizon)
-        self._horizon = horizon
-        self._ops = [iv for iv in self._ops if iv[1] > horizon]
-        self._spans = [iv for iv in self._spans if iv[1] > horizon]
-        return self._busy + _overlap(ops, steps, horizon, now)
-
-
-def _overlap(ops, steps, lo: float, hi: float) -> float:
-    """Time within [lo, hi] during which some op and some step are both open: one sweep
-    over the sorted starts and ends."""
-    if hi <= lo:
-        return 0.0
-    events = [(t, kind, d) for kind, spans in ((0, ops), (1, steps))
-              for a, b in spans for t, d in ((a, 1), (b, -1))]
-    events.sort()
-    open_, last, total = [0, 0], lo, 0.0
-    for t, kind, d in events:
-        if open_[0] and open_[1]:
-            total += max(min(t, hi) - max(last, lo), 0.0)
-        open_[kind] += d
-        last = t
-    return total
 
 
 class Exposure:

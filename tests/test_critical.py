@@ -354,33 +354,25 @@ def test_the_disabled_telemetry_passes_both_through(monkeypatch):
         pass
 
 
-def test_the_fold_is_exact_on_a_known_timeline_and_keeps_little():
-    """Synthetic times: a step open over [1, 10]; ops [0, 2] (begun before the step),
-    [3, 5] and [4, 6] (overlapping), [8, 12] (outlives the step), [11, 13] (after it)."""
+def test_busy_is_exact_on_a_known_timeline():
+    """Synthetic times, events in time order: a step open over [1, 10]; ops [0, 2] (begun
+    before the step), [3, 5] and [4, 6] (overlapping), [8, 12] (outlives the step),
+    [11, 13] (after it)."""
     from dpobs_otel.critical import CriticalPath
 
     cp = CriticalPath()
+    cp.begin(0.0)
     opened = cp.step_begin(1.0)
-    for t1, t2 in ((0.0, 2.0), (3.0, 5.0), (4.0, 6.0)):
-        cp.begin(t1)
-        cp.end(None, t1, t2)
-    cp.begin(8.0)  # in flight at the next two readings
-    assert cp.totals(9.0)[0] == pytest.approx(1 + 3 + 1)  # [1,2] [3,6] [8,9]
+    cp.end(None, 0.0, 2.0)
+    a, b = cp.begin(3.0), cp.begin(4.0)  # this thread opened the step: exposed from 3
+    cp.end(a, 3.0, 5.0)
+    cp.end(b, 4.0, 6.0)
+    c = cp.begin(8.0)  # in flight at the next two readings
+    assert cp.totals(9.0) == (pytest.approx(1 + 3 + 1), pytest.approx(3 + 1))
     assert cp.totals(9.5)[0] == pytest.approx(5.5)  # monotonic while it flies
     cp.step_end(opened, 10.0)
-    cp.end(None, 8.0, 12.0)
-    cp.begin(11.0)
-    cp.end(None, 11.0, 13.0)
-    assert cp.totals(14.0)[0] == pytest.approx(1 + 3 + 2)  # clipped to the step
-    assert cp._ops == [] and cp._spans == [] and cp._flying == {}  # nothing left to keep
-
-
-def test_finished_ops_are_folded_without_a_step_or_a_reader():
-    from dpobs_otel import critical
-
-    cp = critical.CriticalPath()
-    for i in range(3 * critical.FOLD_AT):
-        cp.begin(float(i))
-        cp.end(None, float(i), i + 0.5)
-    assert len(cp._ends) <= critical.FOLD_AT and len(cp._ops) <= critical.FOLD_AT
-    assert cp.totals(1e6) == (0.0, 0.0)  # no step was open
+    d = cp.begin(11.0)
+    cp.end(c, 8.0, 12.0)
+    cp.end(d, 11.0, 13.0)
+    # Both clipped to the step: [1,2] [3,6] [8,10] busy; exposed [3,6] [8,10].
+    assert cp.totals(14.0) == (pytest.approx(1 + 3 + 2), pytest.approx(3 + 2))
