@@ -13,12 +13,14 @@ def exposed_iterable(iterable, waiting):
                     f"{type(iterable).__name__}")
 
 
-class _Exposed:
+class _Wrapped:
     def __init__(self, iterable, waiting):
         self._iterable = iterable
         self._waiting = waiting
         self._it = None
 
+
+class _Exposed(_Wrapped):
     def __iter__(self):
         self._it = iter(self._iterable)
         return self
@@ -33,12 +35,7 @@ class _Exposed:
         return len(self._iterable)
 
 
-class _AsyncExposed:
-    def __init__(self, iterable, waiting):
-        self._iterable = iterable
-        self._waiting = waiting
-        self._it = None
-
+class _AsyncExposed(_Wrapped):
     def __aiter__(self):
         self._it = self._iterable.__aiter__()
         return self
