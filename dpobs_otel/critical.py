@@ -71,6 +71,11 @@ class CriticalPath:
         self._busy_since = 0.0
         self._busy = 0.0
         self._exposed = 0.0  # of closed steps
+        # What totals() last handed out. An op's end time is read before end() takes the
+        # lock, so a reading in between counts the interval up to its own later clock; the
+        # counters must never go back (Prometheus reads any decrease as a reset and adds the
+        # whole value to the rate: busy_frac read 10% high on TransferQueue that way).
+        self._reported = (0.0, 0.0)
 
     # -- ops ----------------------------------------------------------------------------
     # begin() and end() run on every op: one short lock hold each, taken with
@@ -164,14 +169,16 @@ class CriticalPath:
 
     # -- reading ------------------------------------------------------------------------
     def totals(self, now: float | None = None) -> tuple[float, float]:
-        """(busy_s, exposed_s) since start, intervals still open counted up to now: a later
-        reading only adds to them, so the counters stay monotonic."""
+        """(busy_s, exposed_s) since start, intervals still open counted up to now; never
+        less than an earlier reading."""
         now = perf_counter() if now is None else now
         with self.lock:
             busy = self._busy
             if self._steps and self._inflight:
                 busy += max(now - self._busy_since, 0.0)
             exposed = self._exposed + sum(s.exposed(now) for s in self._steps)
+            last_busy, last_exposed = self._reported
+            self._reported = busy, exposed = max(busy, last_busy), max(exposed, last_exposed)
         return busy, exposed
 
 

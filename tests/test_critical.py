@@ -376,3 +376,25 @@ def test_busy_is_exact_on_a_known_timeline():
     cp.end(d, 11.0, 13.0)
     # Both clipped to the step: [1,2] [3,6] [8,10] busy; exposed [3,6] [8,10].
     assert cp.totals(14.0) == (pytest.approx(1 + 3 + 2), pytest.approx(3 + 2))
+
+
+def test_a_reading_between_an_ops_clock_and_its_end_never_goes_back():
+    """end() and step_end() get times read before they take the lock; a scrape in between
+    counts open intervals up to its own later clock. The counters it feeds must not then
+    drop (Prometheus takes a drop for a reset and adds the whole value to the rate)."""
+    from dpobs_otel.critical import CriticalPath
+
+    cp = CriticalPath()
+    opened = cp.step_begin(0.0)
+    step = cp.begin(1.0)
+    first = cp.totals(5.0)  # the op and its exposure are open: 4 s each
+    assert first == (pytest.approx(4.0), pytest.approx(4.0))
+    cp.end(step, 1.0, 4.0)  # its clock read 4.0, before the reading at 5.0
+    cp.step_end(opened, 4.5)
+    later = cp.totals(6.0)
+    assert later[0] >= first[0] and later[1] >= first[1]
+    # and once the truth passes the reading, it is the truth again
+    opened = cp.step_begin(7.0)
+    cp.end(cp.begin(7.0), 7.0, 9.0)
+    cp.step_end(opened, 9.0)
+    assert cp.totals(10.0) == (pytest.approx(3.0 + 2.0), pytest.approx(3.0 + 2.0))
