@@ -345,6 +345,20 @@ def test_the_counters_carry_the_same_seconds(tel, store):
         m["dpobs/exposed_s"])
 
 
+def test_the_counters_are_born_with_the_step_histogram(tel, store):
+    """rate() over a window that holds a series' birth counts from its first sample: busy
+    must first appear at the scrape where the step sum first does, both holding step one."""
+    client = tel.instrument(SlowStore(store, Clock(), LAT))
+    with tel.step():
+        client.get_samples(IDS, "p")
+        inside = scrape(tel)
+    assert value(s := scrape(tel), "dpobs_step_duration_seconds_count") == 1
+    for name in ("dpobs_step_data_plane_busy_seconds_total",
+                 "dpobs_step_data_plane_exposed_seconds_total"):
+        assert value(inside, name) is None, name
+        assert value(s, name) > 0, name
+
+
 def test_the_disabled_telemetry_passes_both_through(monkeypatch):
     monkeypatch.setenv("DPOBS_DISABLED", "1")
     tel = dpobs.start(role="t")
