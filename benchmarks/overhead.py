@@ -8,13 +8,13 @@ Each shape through
        its bytes sized with dpobs's own sizing,
   (b0) the same naive wrapper sizing nothing (its bytes counter gets 0: a first attempt),
   (c)  dpobs's instrumented client over (a),
-  (c0) the same with the op duration's plain explicit-bucket aggregation (no native buckets,
-       as before issue 22),
+  (c0) the same with the op duration recorded through the SDK's Histogram.record on every
+       op, not bound.py's direct add (as before issue 20's bound record),
   (d)  the bare InMemoryDataPlane,
 interleaved round by round (both shapes in each round) so machine drift hits every arm alike.
 Prints per-op microseconds (medians) and the ratios (c-a)/(b-a) (required <= 0.5),
 (c-a)/(b0-a) (goal <= 0.5) and (c-a)/d (goal <= 1%), per shape, and P1 of (c0) beside (c):
-what the native histogram adds.
+what the bound record saves.
 
     .venv/bin/python benchmarks/overhead.py [--rounds 300] [--json OUT]
 """
@@ -131,31 +131,17 @@ def cycle(client, ids, batch, select) -> float:
 
 
 ARMS = [("a", "no-op inner"), ("b", "naive, sizing"), ("b0", "naive, no sizing"),
-        ("c", "dpobs instrumented"), ("c0", "dpobs, no native buckets"),
+        ("c", "dpobs instrumented"), ("c0", "dpobs, SDK record()"),
         ("d", "bare InMemoryDataPlane")]
 
 
-def classic_only():
-    """A Telemetry whose op duration has the plain explicit-bucket aggregation (no native
-    buckets): _views() swapped for the time of its construction only (the benchmark's A/B;
-    there is no setting for it)."""
-    from dpobs_otel import telemetry
-    try:
-        from dpobs_otel.exporters.native import ClassicAndNativeAggregation
-    except ImportError:  # an older checkout (benchmarks/ab.py's base): no native buckets
-        return dpobs.start(role="bench-classic")
-    views = telemetry._views
-
-    def plain():
-        return [View(instrument_name=names.OP_DURATION,
-                     aggregation=ExplicitBucketHistogramAggregation(names.OP_BUCKETS))
-                if isinstance(v._aggregation, ClassicAndNativeAggregation) else v
-                for v in views()]
-    telemetry._views = plain
-    try:
-        return dpobs.start(role="bench-classic")
-    finally:
-        telemetry._views = views
+def record_path():
+    """A Telemetry whose op duration goes through the SDK's Histogram.record on every op, as
+    before bound.py (native buckets on, as in (c)): what the bound record saves."""
+    tel = dpobs.start(role="bench-record")
+    for rec in getattr(tel, "op_records", {}).values():  # none in an older checkout
+        rec._adds = ()  # as if found unbindable: record() every time
+    return tel
 
 
 def arms(tel, tel0, batch) -> dict:
@@ -167,7 +153,7 @@ def run(args, make_arms=arms) -> dict:
     """{shape: {arm: [cycle seconds]}}, every arm of every shape in each round (make_arms:
     another benchmark's arms, e.g. benchmarks/tracing.py's; d, the bare store, is added)."""
     ids = [f"s{i}" for i in range(ROWS)]
-    tel, tel0 = dpobs.start(role="bench"), classic_only()
+    tel, tel0 = dpobs.start(role="bench"), record_path()
     shapes = {}
     for name, make in SHAPES.items():
         batch = make()
@@ -205,7 +191,7 @@ def report(name: str, batch, times: dict, rounds: int) -> dict:
           f" us, without sizing (b0-a) = {med['b0'] - med['a']:.1f} us")
     print(f"  ratio (c-a)/(b-a)  = {cost / (med['b'] - med['a']):.2f}  (required <= 0.5)")
     print(f"  ratio (c0-a)/(b-a) = {(med['c0'] - med['a']) / (med['b'] - med['a']):.2f}  "
-          "(P1 without the native buckets)")
+          "(P1 through Histogram.record)")
     print(f"  ratio (c-a)/(b0-a) = {cost / (med['b0'] - med['a']):.2f}  (goal <= 0.5)")
     print(f"  ratio (c-a)/d      = {100 * cost / med['d']:.3f}%  (goal <= 1%)")
     return {"cost_us": cost, "p1": cost / (med["b"] - med["a"]),

@@ -24,9 +24,8 @@ class InstrumentedClient(AwaitedOps, Reconciling):
         if self._guard is not None:  # where the guard's hooks run (guard/pool.py)
             from .guard import pool
             self._pool = pool
-        self._record = tel.op_duration.record
+        self._records = tel.op_records  # op -> bound.BoundRecord
         self._cp = tel.critical
-        self._attrs = tel.op_attrs
         self._tracer = tel.tracer  # None unless tracing is on: one `is not None` per op
         self._occ = Occupancy()
         self._rows_since_reconcile = 0
@@ -303,7 +302,7 @@ class InstrumentedClient(AwaitedOps, Reconciling):
               t_end=0.0):
         """Count one call of `op` (the measurement every op path ends in; adapters that
         measure calls outside the protocol use it too)."""
-        self._record(dt, self._attrs.get(op) or {"op": op})
+        self._records[op](dt)
         st = self._stats
         with st.lock:
             s = st.ops.get(op) or st.op(op)  # the lookup inlined: it runs on every op
@@ -352,7 +351,7 @@ class InstrumentedClient(AwaitedOps, Reconciling):
 
     def record_failure(self, op, exc, dt):
         try:
-            self._record(dt, self._attrs.get(op) or {"op": op})
+            self._records[op](dt)
             key = (op, type(exc).__name__)
             st = self._stats
             with st.lock:

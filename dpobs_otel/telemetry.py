@@ -11,6 +11,7 @@ from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, MeterProvider
 from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
 from opentelemetry.sdk.resources import Resource
 from . import names
+from .bound import OpRecords
 from .config import Settings
 from .critical import CriticalPath, Exposure
 from .exposed import exposed_iterable
@@ -99,6 +100,7 @@ class Telemetry:
         for create, name, unit, cb, desc in observed:
             create(name, callbacks=[self._safe(cb, name)], unit=unit, description=desc)
         self.op_attrs = {op: {"op": op} for op in names.OPS.values()}
+        self.op_records = OpRecords(self.op_duration, self.op_attrs)
 
     def _safe(self, callback, name):
         def run(options: CallbackOptions):

@@ -79,7 +79,11 @@ class _ClassicAndNative(_ExplicitBucketHistogramAggregation):
         self._native: defaultdict = defaultdict(int)
 
     def aggregate(self, measurement, should_sample_exemplar: bool = True) -> None:
-        v = measurement.value
+        self.add(measurement.value)
+        self._sample_exemplar(measurement, should_sample_exemplar)
+
+    def add(self, v: float) -> None:
+        """One observation, without a Measurement (bound.py calls this directly)."""
         try:  # bucket j holds (2**((j-1)/16), 2**(j/16)]
             j = _ceil(_log2(v) * _PER_OCTAVE)
         except (ValueError, OverflowError):  # 0 (a coarse clock's): the zero bucket, as
@@ -89,11 +93,12 @@ class _ClassicAndNative(_ExplicitBucketHistogramAggregation):
                 self._value = self._get_empty_bucket_counts()
             self._sum += v
             if self._record_min_max:
-                self._min = min(self._min, v)
-                self._max = max(self._max, v)
+                if v < self._min:
+                    self._min = v
+                if v > self._max:
+                    self._max = v
             self._value[bisect_left(self._boundaries, v)] += 1
             self._native[j] += 1
-        self._sample_exemplar(measurement, should_sample_exemplar)
 
     def collect(self, collection_aggregation_temporality, collection_start_nano: int):
         """The SDK's point; for a cumulative collection (NativeReader's) with the native

@@ -1,0 +1,98 @@
+"""bound.py: the op duration recorded straight into the SDK's aggregations holds exactly what
+`Histogram.record` would, in every reader, across collections; where that could differ it
+falls back to `record`."""
+from __future__ import annotations
+
+import random
+
+import pytest
+from opentelemetry.sdk.metrics import Histogram as HistogramInstrument
+from opentelemetry.sdk.metrics.export import AggregationTemporality, InMemoryMetricReader
+
+import dpobs_otel as dpobs
+from dpobs_otel import names
+
+
+class Memory:
+    endpoint = None
+
+    def __init__(self, **kwargs):
+        self.reader = InMemoryMetricReader(**kwargs)
+
+    def shutdown(self):
+        pass
+
+
+def _points(exp) -> dict:
+    """{op: (count, sum, min, max, classic counts, native buckets)} of one collection."""
+    data = exp.reader.get_metrics_data()
+    out = {}
+    for rm in data.resource_metrics:
+        for sm in rm.scope_metrics:
+            for m in sm.metrics:
+                if m.name == names.OP_DURATION:
+                    for p in m.data.data_points:
+                        native = getattr(p, "native", None)
+                        out[p.attributes["op"]] = (
+                            p.count, p.sum, p.min, p.max, tuple(p.bucket_counts),
+                            native and native.buckets)
+    return out
+
+
+@pytest.fixture
+def pair():
+    """Two Telemetries, each with an in-memory reader beside its Prometheus one."""
+    tels, exps = [], []
+    for role in ("bound", "record"):
+        exp = Memory()
+        tels.append(dpobs.start(role=role, exporters=[exp]))
+        exps.append(exp)
+    yield tels, exps
+    for t in tels:
+        t.shutdown()
+
+
+def test_bound_and_record_hold_the_same_points_across_collections(pair):
+    (bound, plain), (eb, ep) = pair
+    rng = random.Random(7)
+    for rnd in range(3):  # collections between the rounds: nothing reset, nothing lost
+        for _ in range(500):
+            op = rng.choice(("put", "get", "clear", "an_adapters_own_op"))
+            v = rng.lognormvariate(-6, 1.5) if rng.random() > 0.01 else 0.0
+            bound.op_records[op](v)
+            plain.op_duration.record(v, {"op": op})
+        a, b = _points(eb), _points(ep)
+        assert set(a) == {"put", "get", "clear", "an_adapters_own_op"}
+        for op in a:
+            count, total, lo, hi, classic, native = a[op]
+            assert (count, lo, hi, classic, native) == (b[op][0], *b[op][2:]), (rnd, op)
+            assert total == pytest.approx(b[op][1], rel=1e-12)
+    # every op after its first went the direct way
+    assert all(bound.op_records[op]._adds for op in a)
+
+
+def test_a_delta_reader_keeps_the_record_path_and_its_numbers():
+    """A delta reader's aggregations are replaced at each collection: no binding."""
+    delta = Memory(preferred_temporality={HistogramInstrument: AggregationTemporality.DELTA})
+    tel = dpobs.start(role="delta", exporters=[delta])
+    try:
+        rec = tel.op_records["get"]
+        for _ in range(3):
+            for v in (0.001, 0.002, 0.003):
+                rec(v)
+            assert _points(delta)["get"][:2] == (3, pytest.approx(0.006))
+        assert rec._adds == ()  # tried once, found unbindable
+    finally:
+        tel.shutdown()
+
+
+def test_an_instrumented_client_uses_it(pair):
+    (bound, _), (eb, _) = pair
+    import torch
+    from tensordict import TensorDict
+    c = bound.instrument(dpobs.InMemoryDataPlane())
+    c.put_samples(["a"], "p", TensorDict({"x": torch.ones(1, 2)}, batch_size=[1]))
+    for _ in range(2):
+        c.get_samples(["a"], "p")
+    assert _points(eb)["get"][0] == 2
+    assert bound.op_records["get"]._adds
