@@ -286,7 +286,7 @@ def breakdown(w: Window) -> tuple[list[str], list[list]]:
     than the bucket bound below it; None when no call or slower than 30 s. slowest_*: the
     process with the highest mean latency for that op in the window (its role, rank and
     mean). p50_ms, p90_ms, p99_ms: quantiles of the window's calls over all processes, from
-    their native histograms (schema 4: about 2% bucket width), each differenced against the
+    their native histograms (schema 4: buckets 4.4% wide), each differenced against the
     previous call's like the counters and merged (`quantiles`); None when the op had no
     call in the window, or when any process with calls of it has no native window: a
     Prometheus URL source (the view reads float samples only), an endpoint without the
