@@ -18,7 +18,9 @@ window and their mean age; absent when none), plus
 frac_of_step_max (the highest one process's fraction), processes,
 processes_unreachable, processes_restarted, processes_lost, scrape_s (what the call cost),
 and staleness_s for a Prometheus source (how old the oldest process's newest sample is). No
-per-op maximum: a maximum cannot be differenced from counters.
+per-op maximum: a maximum cannot be differenced from counters. A file_sd source also reads
+each endpoint's native op-duration histograms (a second, protobuf request; in scrape_s) and
+differences them the same way, per process, for the breakdown's p50/p90/p99 columns.
 
 Which process counts what (a process is (job, node, instance, role, rank); scrape.Target):
 - alive and reachable at both calls: its counters' change. Exact at the step boundary for a
@@ -40,16 +42,18 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 
-from . import scrape
+from . import native, scrape
+from .native import NativeHistogram
 from .scrape import OpTotals, ProcessTotals
 from .sources import Seen, source_for
 
 MB = 1e6
 PREFIX = "dpobs/cluster/"
 COLUMNS = ("op", "calls", "mean_ms", "max_ms", "mb", "share", "slowest_role", "slowest_rank",
-           "slowest_mean_ms")
+           "slowest_mean_ms", "p50_ms", "p90_ms", "p99_ms")
+QUANTILES = (0.5, 0.9, 0.99)  # the last three columns
 
 
 def _sub(a: dict, b: dict) -> dict:
@@ -103,6 +107,9 @@ class Window:
     outstanding_bytes: float = 0.0
     scrape_s: float = 0.0
     staleness_s: float | None = None
+    # key -> op -> the native op-duration histogram's window; a summed process missing here
+    # (Prometheus source, protobuf read failed now or at the previous call) has none
+    native: dict[tuple, dict[str, NativeHistogram]] = field(default_factory=dict)
 
 
 class ClusterView:
@@ -112,6 +119,7 @@ class ClusterView:
                  ssl_context=None):
         self.source = source_for(source, job, timeout, ssl_context)
         self._base: dict[tuple, tuple[str | None, ProcessTotals]] = {}
+        self._nbase: dict[tuple, dict[str, NativeHistogram] | None] = {}
         self._listed: set[tuple] | None = None  # None: no call yet
         self.last: Window | None = None
 
@@ -121,15 +129,22 @@ class ClusterView:
         reading = self.source.read()
         w = Window({}, staleness_s=reading.staleness_s)
         base, self._base = self._base, {}
+        nbase, self._nbase = self._nbase, {}
         for key, seen in reading.processes.items():
             if seen.totals is None:
                 w.unreachable += 1
                 continue
             d = self._window(key, seen, base.get(key), w)
             self._base[key] = (seen.incarnation, seen.totals)
+            self._nbase[key] = seen.native
             w.outstanding_bytes += seen.totals.outstanding_bytes
             if d is not None:
                 w.deltas[key] = (seen.labels, d)
+                since_start = d is seen.totals  # new, or restarted: counted from its start
+                h = native_window(None if since_start else nbase.get(key), seen.native,
+                                  since_start)
+                if h is not None:
+                    w.native[key] = h
         w.lost = sum(1 for k in base if k not in reading.processes or k in reading.lost)
         self._listed = set(reading.processes)
         w.scrape_s = time.perf_counter() - t0
@@ -153,6 +168,23 @@ class ClusterView:
     def breakdown(self) -> tuple[list[str], list[list]]:
         """(columns, rows) of the last call's window: see `breakdown`."""
         return breakdown(self.last) if self.last is not None else (list(COLUMNS), [])
+
+
+def native_window(prev: dict | None, now: dict | None, since_start: bool) -> dict | None:
+    """One process's native op-duration histograms over the window, op by op: now - prev,
+    or now in full when the process is counted from its start (new, or restarted: also
+    when a histogram went back, or lost an op, though the counters did not tell). None when
+    unknown: not read now, or not read at the previous call (no baseline)."""
+    if now is None or since_start:
+        return now
+    if prev is None:
+        return None
+    out = {}
+    for op, h in now.items():
+        out[op] = native.subtract(h, prev.get(op))
+        if out[op] is None:
+            return now
+    return now if set(prev) - set(now) else out
 
 
 def metrics(w: Window) -> dict[str, float]:
@@ -253,7 +285,13 @@ def breakdown(w: Window) -> tuple[list[str], list[list]]:
     histogram summed over processes, so the slowest call took at most max_ms and longer
     than the bucket bound below it; None when no call or slower than 30 s. slowest_*: the
     process with the highest mean latency for that op in the window (its role, rank and
-    mean). Rows are plain lists (wandb.Table(columns=..., data=rows))."""
+    mean). p50_ms, p90_ms, p99_ms: quantiles of the window's calls over all processes, from
+    their native histograms (schema 4: buckets 4.4% wide), each differenced against the
+    previous call's like the counters and merged (`quantiles`); None when the op had no
+    call in the window, or when any process with calls of it has no native window: a
+    Prometheus URL source (the view reads float samples only), an endpoint without the
+    protobuf exposition, or one whose protobuf read failed now or at the previous call.
+    Rows are plain lists (wandb.Table(columns=..., data=rows))."""
     agg: dict[str, list] = {}  # op -> [seconds, calls, bytes, buckets, (mean, labels)]
     for labels, d in w.deltas.values():
         for op, o in d.ops.items():
@@ -274,8 +312,27 @@ def breakdown(w: Window) -> tuple[list[str], list[list]]:
                      None if top is None else 1e3 * top, nbytes / MB,
                      seconds / dp if dp > 0 else 0.0,
                      slow[1]["role"] if slow else None, slow[1]["rank"] if slow else None,
-                     1e3 * slow[0] if slow else None])
+                     1e3 * slow[0] if slow else None] + quantiles(w, op))
     return list(COLUMNS), rows
+
+
+def quantiles(w: Window, op: str) -> list[float | None]:
+    """[p50_ms, p90_ms, p99_ms] of one op over the window: the summed processes' native
+    windows merged (native.merge) and interpolated as histogram_quantile() does. Nones when
+    no call, or when a process that made calls of it has no native window for it."""
+    hists = []
+    for key, (_, d) in w.deltas.items():
+        o = d.ops.get(op)
+        h = w.native.get(key, {}).get(op)
+        if h is None:
+            if o is not None and o.calls > 0:
+                return [None] * len(QUANTILES)  # some of the window's calls unseen
+            continue
+        hists.append(h)
+    pooled = native.merge(hists)
+    if pooled is None or pooled.count <= 0:
+        return [None] * len(QUANTILES)
+    return [1e3 * pooled.quantile(q) for q in QUANTILES]
 
 
 def text(got: dict, table: tuple[list[str], list[list]]) -> str:
@@ -286,8 +343,11 @@ def text(got: dict, table: tuple[list[str], list[list]]) -> str:
             "staleness_s")
     out = ["  " + "  ".join(f"{k}={got[PREFIX + k]:.4g}" for k in keys if PREFIX + k in got)]
     columns, rows = table
-    out.append("  " + "".join(f"{c:>10}" for c in columns[:6]) + "  slowest (role rank)")
+    # op .. share, then p99_ms (when the breakdown has it)
+    out.append("  " + "".join(f"{c:>10}" for c in columns[:6] + columns[11:12])
+               + "  slowest (role rank)")
     for r in rows:
-        cells = "".join(f"{'-' if v is None else format(v, '.4g'):>10}" for v in r[1:6])
+        cells = "".join(f"{'-' if v is None else format(v, '.4g'):>10}"
+                        for v in r[1:6] + r[11:12])
         out.append(f"  {r[0]:>10}{cells}  {r[6] or '-'} {r[7] or ''}")
     return "\n".join(out)

@@ -95,6 +95,37 @@ def pooled(per_process: Iterable[dict], family: str, **labels: str) -> NativeHis
     return merge(h[want] for h in per_process if want in h)
 
 
+def subtract(now: NativeHistogram, prev: NativeHistogram | None) -> NativeHistogram | None:
+    """now - prev, bucket by bucket at the lower of their schemas: what one process observed
+    between two reads of its cumulative histogram. prev None means since start. None when
+    any count went back (the process restarted: the caller takes now in full)."""
+    if prev is None:
+        return now
+    schema = min(now.schema, prev.schema)
+    a, b = now.at_schema(schema), prev.at_schema(schema)
+    out = NativeHistogram(schema, a.zero_threshold, a.zero_count - b.zero_count,
+                          a.count - b.count, a.sum - b.sum)
+    for j in set(a.buckets) | set(b.buckets):
+        c = a.buckets.get(j, 0.0) - b.buckets.get(j, 0.0)
+        if c < 0:
+            return None
+        if c:
+            out.buckets[j] = c
+    if out.count < 0 or out.zero_count < 0 or a.zero_threshold != b.zero_threshold:
+        return None
+    return out
+
+
+def by_label(hists: dict, family: str, label: str) -> dict[str, NativeHistogram]:
+    """One family of a fetch() answer per value of one label (series that differ in other
+    labels merged): e.g. the op-duration histograms by op."""
+    groups: dict[str, list[NativeHistogram]] = {}
+    for (name, labels), h in hists.items():
+        if name == family:
+            groups.setdefault(dict(labels).get(label, ""), []).append(h)
+    return {k: merge(v) for k, v in groups.items()}
+
+
 # -- wire format ---------------------------------------------------------------------------
 def _varint(buf: bytes, pos: int) -> tuple[int, int]:
     shift = result = 0

@@ -14,11 +14,12 @@ where the last one ended.
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 from ..names import OP_DURATION_NATIVE_SERIES
-from . import scrape
+from . import native, scrape
+from .native import NativeHistogram
 from .prometheus import Prometheus, PrometheusError
 from .scrape import PROCESS_LABELS, ProcessTotals, totals_from_samples
 
@@ -30,6 +31,9 @@ class Seen:
     totals: ProcessTotals | None
     incarnation: str | None = None
     error: BaseException | None = None
+    # op -> its cumulative native op-duration histogram; None when not read (a Prometheus
+    # source, or the protobuf request failed), {} when the endpoint serves none
+    native: dict[str, NativeHistogram] | None = None
 
 
 @dataclass
@@ -40,7 +44,12 @@ class Reading:
 
 
 class FileSDSource:
-    """Reads by scraping every endpoint a file_sd directory lists, at the call."""
+    """Reads by scraping every endpoint a file_sd directory lists, at the call: the text
+    exposition (the counters), then, from the endpoints that answered it, the protobuf one
+    (the native op-duration histograms, native.fetch): two requests per endpoint, both in
+    the pool, the second batch after the first. The counters cannot be read from the
+    protobuf body without a decoder for every metric type, and the native histograms are
+    not in the text one; the two reads are a few milliseconds apart."""
 
     def __init__(self, sd_dir: str, job: str | None = None, timeout: float = 1.0,
                  ssl_context=None):
@@ -59,15 +68,29 @@ class FileSDSource:
             self._pool = ThreadPoolExecutor(32, thread_name_prefix="dpobs-cluster")
         got = scrape.scrape_all(list(listed.values()), self.timeout, self.ssl_context,
                                 pool=self._pool)
+        hists = self._native([t for t in listed.values() if isinstance(got[t], ProcessTotals)])
         out = {}
         for key, t in listed.items():
             r = got[t]
             labels = dict(zip(PROCESS_LABELS, key))
             if isinstance(r, ProcessTotals):
-                out[key] = Seen(labels, r, t.incarnation)
+                out[key] = Seen(labels, r, t.incarnation, native=hists.get(t))
             else:
                 out[key] = Seen(labels, None, t.incarnation, r)
         return Reading(out, dead - set(out))
+
+    def _native(self, targets: list) -> dict:
+        """{target: op -> native histogram} of those whose protobuf answer came in time."""
+        futures = {self._pool.submit(native.fetch, t.address, self.timeout, self.ssl_context): t
+                   for t in targets}
+        done, _ = wait(futures, timeout=self.timeout + 1.0)
+        out = {}
+        for fut, t in futures.items():
+            if fut in done and fut.exception() is None:
+                out[t] = native.by_label(fut.result(), OP_DURATION_NATIVE_SERIES, "op")
+            else:
+                fut.cancel()
+        return out
 
 
 class PrometheusSource:

@@ -101,3 +101,16 @@ def test_fetch_reads_a_live_process(tel):
     assert h.count == len(values) and h.sum == pytest.approx(sum(values))
     assert h.schema == SCALE and h.buckets == _hist_of(values, SCALE).buckets
     assert h.quantile(0.9) == pytest.approx(np.quantile(values, 0.9), rel=0.02)
+
+
+def test_subtract_is_the_window_at_the_lower_schema_or_none_when_it_went_back():
+    first = [0.001 * 1.07 ** k for k in range(40)]
+    later = [0.002 * 1.05 ** k for k in range(70)]
+    prev, now = _hist_of(first, 4), _hist_of(first + later, 4)
+    window = native.subtract(now, prev)
+    assert window.buckets == _hist_of(later, 4).buckets and window.count == len(later)
+    assert window.sum == pytest.approx(sum(later))
+    coarse = native.subtract(_hist_of(first + later, 2), prev)  # the process downscaled
+    assert coarse.schema == 2 and coarse.buckets == _hist_of(later, 2).buckets
+    assert native.subtract(now, None) is now
+    assert native.subtract(_hist_of(later, 4), prev) is None  # counts went back: restarted
