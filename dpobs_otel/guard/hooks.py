@@ -322,8 +322,11 @@ def _spread(fn, items: list, salts: _Salts) -> list:
     if len(items) < 2 or not all(v.device.type == "cpu" for v in values
                                  if isinstance(v, torch.Tensor)):
         return [fn(x) for x in items]
+    sizes = [_nbytes(v) for v in values]
+    if sum(sizes) < pool.SPREAD_MIN_BYTES:
+        return [fn(x) for x in items]
     salts.on("cpu")  # once, before the threads that share it
-    order = sorted(range(len(items)), key=lambda i: -_nbytes(values[i]))
+    order = sorted(range(len(items)), key=lambda i: -sizes[i])
     done = pool.spread(fn, [items[i] for i in order])
     out: list = [None] * len(items)
     for i, d in zip(order, done):

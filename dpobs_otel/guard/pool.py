@@ -24,9 +24,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import torch
 
 __all__ = ["run", "submit", "share", "spread", "width", "on_cpu", "pool", "serial_here",
-           "WORKERS", "CREW"]
+           "WORKERS", "CREW", "SPREAD_MIN_BYTES"]
 
 WORKERS = 4  # puts and gets fingerprinted at once
+# A hook whose tensors hold fewer bytes than this runs on its one helper, not spread: handing
+# small fields to more threads costs more than a second core gives back (docs/performance.md,
+# "The wire guard": a 0.5 MB TransferQueue batch fingerprints faster on one thread).
+SPREAD_MIN_BYTES = 8 << 20
 CREW = 7  # helpers that share a hook's chunks (sums.MAX_WORKERS caps how many one hook asks)
 _pools: dict[str, tuple[int, ThreadPoolExecutor]] = {}  # name -> (pid, pool): a fork remakes
 _lock = threading.Lock()

@@ -84,3 +84,25 @@ def test_share_never_waits_for_a_busy_crew():
         release.set()
         for b in blockers:
             b.result(10)
+
+
+def test_a_small_put_stays_on_one_thread_and_a_large_one_spreads(monkeypatch):
+    """Fields under SPREAD_MIN_BYTES in all are fingerprinted one after another on the hook's
+    thread; at or over it, spread over the caller's threads. Digests the same either way."""
+    import dpobs_otel as dpobs
+
+    spread_calls = []
+    real = pool.spread
+    monkeypatch.setattr(pool, "spread", lambda fn, items, *a: spread_calls.append(
+        len(items)) or real(fn, items, *a))
+    tel = dpobs.start(role="spread", verify_tensor_hash=True)
+    td = TensorDict({"a": torch.arange(4096.).reshape(64, 64), "b": torch.ones(64, 3)},
+                    batch_size=[64])
+    ids = [f"r{i}" for i in range(64)]
+    small = tel.guard.before_put(ids, "p", td)
+    assert spread_calls == []
+    monkeypatch.setattr(pool, "SPREAD_MIN_BYTES", td["a"].nbytes)
+    large = tel.guard.before_put(ids, "p", td)
+    assert spread_calls == [2]
+    assert (small == large).all()
+    tel.shutdown()
