@@ -3,7 +3,7 @@ text exposition of the same moment holds, plus the native histograms only the pr
 holds: what lets the cluster view read a process with one request (`read`).
 
     totals, hists = protobody.read(target)  # one request: ProcessTotals, op -> histogram
-    samples, hists = protobody.decode(body)
+    samples, hists = protobody.decode(body)  # a body in hand:
     # samples: [(sample name, labels, value)], as scrape's text reading yields them
     # hists: {(family, labels): NativeHistogram}, as native.decode gives them
 
@@ -48,14 +48,20 @@ _BUCKETLESS = frozenset(u.removesuffix("_bucket") for u in scrape._UNUSED)
 def read(target: scrape.Target, timeout: float = 1.0,
          ssl_context: ssl.SSLContext | None = None
          ) -> tuple[scrape.ProcessTotals, dict | None]:
-    """One endpoint in one request: (its ProcessTotals, op -> its cumulative native
-    op-duration histogram) from a protobuf answer; (ProcessTotals, None) from a text one,
-    which cannot hold native histograms. Raises as scrape.fetch does."""
+    """One endpoint in one request: `parse` of its answer to ACCEPT, timestamped when the
+    answer arrived. Raises as scrape.fetch does."""
     content_type, body = native.get(target.address, ACCEPT, timeout, ssl_context)
+    return parse(content_type, body, time.time())
+
+
+def parse(content_type: str, body: bytes, timestamp: float = 0.0
+          ) -> tuple[scrape.ProcessTotals, dict | None]:
+    """(ProcessTotals, op -> cumulative native op-duration histogram) of a protobuf body;
+    (ProcessTotals, None) of a text one, which cannot hold native histograms."""
     if "protobuf" not in content_type:
-        return scrape.parse(body.decode(), time.time()), None
+        return scrape.parse(body.decode(), timestamp), None
     samples, hists = decode(body, _KEEP, _BUCKETLESS)
-    return (scrape.totals_from_samples(samples, time.time()),
+    return (scrape.totals_from_samples(samples, timestamp),
             native.by_label(hists, names.OP_DURATION_NATIVE_SERIES, "op"))
 
 
