@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import ssl
+import struct
 import time
 
 from .. import names
@@ -31,11 +32,14 @@ COUNTER, GAUGE, UNTYPED, HISTOGRAM = 0, 1, 3, 4  # enum MetricType
 _VALUE_FIELD = {GAUGE: 2, COUNTER: 3, UNTYPED: 5}
 _HISTOGRAM_FIELD = 7
 
-# LabelPair message bytes -> (name, value): label pairs repeat across metrics, scrapes and
-# processes, and decoding them is most of the walk (as label parsing is of the text's).
-_PAIRS: dict[bytes, tuple[str, str]] = {}
-_PAIRS_MAX = 50_000
-_LE: dict[float, str] = {}  # upper bound -> its text form (the text format's)
+# A Metric's label pairs (label = 1) come first, as our encoder and client_golang write
+# them. Their bytes -> the labels (shared and never changed, as scrape's text labels are):
+# label sets repeat across scrapes and processes, and decoding them would be most of a
+# body's walk (as label parsing is of the text's). (label set bytes, le) -> with `le`.
+_LABELS: dict[bytes, dict[str, str]] = {}
+_BUCKET_LABELS: dict[tuple[bytes, float], dict[str, str]] = {}
+_LABELS_MAX = 50_000
+_DOUBLE = struct.Struct("<d").unpack_from
 
 # Protobuf first; text from endpoints without it (an older dpobs, another exporter), which
 # answer this Accept in text as they answer Prometheus's.
@@ -77,61 +81,79 @@ def decode(body: bytes, keep: tuple[str, ...] = ("",), bucketless: frozenset = f
         if kind in _VALUE_FIELD:
             want = _VALUE_FIELD[kind]
             for m in metrics:
-                labels, body_bytes = _metric(m, want)
-                value = 0.0
-                if body_bytes is not None:
-                    for number, _, v in fields(body_bytes):
-                        if number == 1:
-                            value = v
+                _, labels, b = _metric(m, want)
+                if b is None:
+                    value = 0.0
+                elif len(b) == 9 and b[0] == 0x09:  # value = 1, a double: all it holds
+                    value = _DOUBLE(b, 1)[0]
+                else:
+                    value = next((v for n, _, v in fields(b) if n == 1), 0.0)
                 samples.append((name, labels, value))
         elif kind == HISTOGRAM:
             for m in metrics:
-                labels, h = _metric(m, _HISTOGRAM_FIELD)
+                key, labels, h = _metric(m, _HISTOGRAM_FIELD)
                 if h is not None:
-                    _histogram_samples(name, labels, h, samples, hists,
+                    _histogram_samples(name, key, labels, h, samples, hists,
                                        name in bucketless)
     return samples, hists
 
 
-def _metric(m: bytes, want: int) -> tuple[dict, bytes | None]:
-    """A Metric message's labels and the bytes of its field `want` (None when absent)."""
-    labels, body = {}, None
-    for number, _, value in fields(m):
-        if number == 1:
-            pair = _PAIRS.get(value)
-            if pair is None:
-                if len(_PAIRS) >= _PAIRS_MAX:
-                    _PAIRS.clear()
-                got = {n: v.decode() for n, _, v in fields(value)}
-                pair = _PAIRS[value] = (got.get(1, ""), got.get(2, ""))
-            labels[pair[0]] = pair[1]
-        elif number == want:
+def _metric(m: bytes, want: int) -> tuple[bytes, dict, bytes | None]:
+    """A Metric message's (label set bytes, labels, bytes of its field `want` or None)."""
+    pos, end = 0, len(m)
+    while pos < end and m[pos] == 0x0A:  # label = 1, length-delimited
+        size, start = native._varint(m, pos + 1)
+        pos = start + size
+    key = m[:pos]
+    labels = _LABELS.get(key)
+    if labels is None:
+        if len(_LABELS) >= _LABELS_MAX:
+            _LABELS.clear()
+            _BUCKET_LABELS.clear()
+        labels = _LABELS[key] = dict(_pair(v) for _, _, v in fields(key))
+    body = None
+    for number, _, value in fields(m[pos:]):
+        if number == want:
             body = value
-    return labels, body
+        elif number == 1:  # a label after the value: not memoised
+            labels = dict(labels, **dict([_pair(value)]))
+            key = None
+    return key, labels, body
 
 
-def _histogram_samples(name: str, labels: dict, buf: bytes, samples: list, hists: dict,
-                       bucketless: bool) -> None:
+def _pair(buf: bytes) -> tuple[str, str]:
+    got = {n: v.decode() for n, _, v in fields(buf)}  # LabelPair: name = 1, value = 2
+    return got.get(1, ""), got.get(2, "")
+
+
+def _histogram_samples(name: str, key: bytes | None, labels: dict, buf: bytes,
+                       samples: list, hists: dict, bucketless: bool) -> None:
     h, classic, is_native = histogram(buf)
     if is_native:
         hists[(name, frozenset(labels.items()))] = h
         if not classic:
             return  # native only: not in the text exposition
     if not bucketless:
-        bounds = set()
+        bucket, inf = name + "_bucket", False
         for bound, cumulative in classic:
-            bounds.add(bound)
-            samples.append((name + "_bucket", {**labels, "le": _le(bound)}, cumulative))
-        if math.inf not in bounds:
-            samples.append((name + "_bucket", {**labels, "le": "+Inf"}, h.count))
+            inf = inf or bound == math.inf
+            samples.append((bucket, _with_le(key, labels, bound), cumulative))
+        if not inf:
+            samples.append((bucket, _with_le(key, labels, math.inf), h.count))
     samples.append((name + "_sum", labels, h.sum))
     samples.append((name + "_count", labels, h.count))
+
+
+def _with_le(key: bytes | None, labels: dict, bound: float) -> dict:
+    got = _BUCKET_LABELS.get((key, bound)) if key is not None else None
+    if got is None:
+        got = dict(labels, le=_le(bound))
+        if key is not None:
+            _BUCKET_LABELS[(key, bound)] = got
+    return got
 
 
 def _le(bound: float) -> str:
     """The text format's `le` of an upper bound (Go's float formatting, as
     prometheus_client writes it: "+Inf", "0.005", "1.0")."""
-    s = _LE.get(bound)
-    if s is None:
-        s = _LE[bound] = "+Inf" if bound == math.inf else repr(float(bound))
-    return s
+    return "+Inf" if bound == math.inf else repr(float(bound))
