@@ -15,15 +15,13 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import cluster_step  # noqa: E402
+import cluster_step  # the script's own folder is first on the path: its sibling
 
 
 def sources_at(rev: str):
