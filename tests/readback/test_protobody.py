@@ -41,8 +41,8 @@ def bodies():
 
 
 def _proto_totals(body: bytes) -> scrape.ProcessTotals:
-    return scrape.totals_from_samples(
-        protobody.decode(body, protobody._KEEP, protobody._BUCKETLESS)[0])
+    """What the cluster view takes from a protobuf answer (protobody.read's parse)."""
+    return protobody.parse(protobuf.CONTENT_TYPE, body)[0]
 
 
 def test_protobuf_totals_equal_text_totals_field_by_field(bodies):
@@ -66,6 +66,9 @@ def test_protobuf_totals_equal_text_totals_field_by_field(bodies):
     _, hists = protobody.decode(body, protobody._KEEP)
     assert hists == native.decode(body)
     assert {dict(k[1])["op"] for k in hists} == set(want.ops)
+    assert protobody.parse(protobuf.CONTENT_TYPE, body)[1] == native.by_label(
+        hists, names.OP_DURATION_NATIVE_SERIES, "op")
+    assert protobody.parse("text/plain; version=0.0.4", text.encode()) == (want, None)
     for (name, labels), h in hists.items():
         assert name == names.OP_DURATION_NATIVE_SERIES
         assert h.count == want.ops[dict(labels)["op"]].calls
