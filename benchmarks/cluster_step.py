@@ -70,12 +70,13 @@ def start_hosts(root: str, hosts: int) -> tuple[list[subprocess.Popen], dict[int
 
 
 def parse_share(sd: str, timeout: float) -> float:
-    """Milliseconds of parsing per call: every endpoint's body fetched once, then parsed."""
-    from dpobs_otel.readback import scrape
-    bodies = [scrape.fetch(t, timeout) for t in scrape.targets(sd)]
+    """Milliseconds of parsing per call: every endpoint's body fetched once as the view asks
+    for it (protobuf), then parsed as the view parses it (protobody.parse)."""
+    from dpobs_otel.readback import native, protobody, scrape
+    answers = [native.get(t.address, protobody.ACCEPT, timeout) for t in scrape.targets(sd)]
     t0 = time.perf_counter()
-    for b in bodies:
-        scrape.parse(b)
+    for content_type, body in answers:
+        protobody.parse(content_type, body)
     return 1e3 * (time.perf_counter() - t0)
 
 

@@ -19,8 +19,8 @@ frac_of_step_max (the highest one process's fraction), processes,
 processes_unreachable, processes_restarted, processes_lost, scrape_s (what the call cost),
 and staleness_s for a Prometheus source (how old the oldest process's newest sample is). No
 per-op maximum: a maximum cannot be differenced from counters. A file_sd source also reads
-each endpoint's native op-duration histograms (a second, protobuf request; in scrape_s) and
-differences them the same way, per process, for the breakdown's p50/p90/p99 columns.
+each endpoint's native op-duration histograms (from the same protobuf answer as its counters:
+one request per endpoint) and differences them the same way, per process, for the breakdown's p50/p90/p99 columns.
 
 Which process counts what (a process is (job, node, instance, role, rank); scrape.Target):
 - alive and reachable at both calls: its counters' change. Exact at the step boundary for a
@@ -108,7 +108,7 @@ class Window:
     scrape_s: float = 0.0
     staleness_s: float | None = None
     # key -> op -> the native op-duration histogram's window; a summed process missing here
-    # (Prometheus source, protobuf read failed now or at the previous call) has none
+    # (Prometheus source, a text answer now or at the previous call) has none
     native: dict[tuple, dict[str, NativeHistogram]] = field(default_factory=dict)
 
 
@@ -289,8 +289,8 @@ def breakdown(w: Window) -> tuple[list[str], list[list]]:
     their native histograms (schema 4: buckets 4.4% wide), each differenced against the
     previous call's like the counters and merged (`quantiles`); None when the op had no
     call in the window, or when any process with calls of it has no native window: a
-    Prometheus URL source (the view reads float samples only), an endpoint without the
-    protobuf exposition, or one whose protobuf read failed now or at the previous call.
+    Prometheus URL source (the view reads float samples only), or an endpoint that answered
+    in text (no protobuf exposition) now or at the previous call.
     Rows are plain lists (wandb.Table(columns=..., data=rows))."""
     agg: dict[str, list] = {}  # op -> [seconds, calls, bytes, buckets, (mean, labels)]
     for labels, d in w.deltas.values():

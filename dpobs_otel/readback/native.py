@@ -25,6 +25,10 @@ ACCEPT = ("application/vnd.google.protobuf;proto=io.prometheus.client.MetricFami
           "encoding=delimited")
 
 
+class HTTPStatusError(OSError):
+    """An endpoint answered, with a status other than 200 (scrape.ScrapeError)."""
+
+
 @dataclass
 class NativeHistogram:
     schema: int
@@ -127,6 +131,9 @@ def by_label(hists: dict, family: str, label: str) -> dict[str, NativeHistogram]
 
 
 # -- wire format ---------------------------------------------------------------------------
+_DOUBLE = struct.Struct("<d").unpack_from
+
+
 def _varint(buf: bytes, pos: int) -> tuple[int, int]:
     shift = result = 0
     while True:
@@ -138,25 +145,39 @@ def _varint(buf: bytes, pos: int) -> tuple[int, int]:
         shift += 7
 
 
-def _fields(buf: bytes):
+def fields(buf: bytes):
     """(field number, wire type, value) of one message: ints for varints, bytes for
-    length-delimited fields, floats for 64-bit ones (doubles, the only ones here)."""
-    pos = 0
-    while pos < len(buf):
-        key, pos = _varint(buf, pos)
-        number, wire = key >> 3, key & 7
+    length-delimited fields, floats for 64-bit ones (doubles, the only ones here). Keys and
+    varints of one byte (nearly all of them here) skip _varint: this walk is most of a
+    body's decoding time."""
+    pos, end = 0, len(buf)
+    while pos < end:
+        key = buf[pos]
+        if key < 0x80:
+            pos += 1
+        else:
+            key, pos = _varint(buf, pos)
+        wire = key & 7
         if wire == 0:
-            value, pos = _varint(buf, pos)
+            value = buf[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _varint(buf, pos)
         elif wire == 1:
-            value, pos = struct.unpack_from("<d", buf, pos)[0], pos + 8
+            value, pos = _DOUBLE(buf, pos)[0], pos + 8
         elif wire == 2:
-            size, pos = _varint(buf, pos)
+            size = buf[pos]
+            if size < 0x80:
+                pos += 1
+            else:
+                size, pos = _varint(buf, pos)
             value, pos = buf[pos:pos + size], pos + size
         elif wire == 5:
             value, pos = buf[pos:pos + 4], pos + 4
         else:
             raise ValueError(f"unsupported wire type {wire}")
-        yield number, wire, value
+        yield key >> 3, wire, value
 
 
 def _unzigzag(n: int) -> int:
@@ -174,14 +195,19 @@ def _sints(wire: int, value) -> list[int]:
     return out
 
 
-def _histogram(buf: bytes) -> NativeHistogram | None:
+def histogram(buf: bytes) -> tuple[NativeHistogram, list[tuple[float, float]], bool]:
+    """One Histogram message: (its count, sum and native buckets; its classic buckets
+    (upper_bound = 2, cumulative_count = 1 of Bucket = 3); whether it is native). One walk
+    serves both readers (decode here, the sample decoder of protobody.py)."""
     h = NativeHistogram(schema=0)
-    spans, deltas, native = [], [], False
-    for number, wire, value in _fields(buf):
+    spans, deltas, native, classic = [], [], False, []
+    for number, wire, value in fields(buf):
         if number == 1:
             h.count = float(value)
         elif number == 2:
             h.sum = value
+        elif number == 3:
+            classic.append(_bucket(value))
         elif number == 5:
             h.schema, native = _unzigzag(value), True
         elif number == 6:
@@ -189,13 +215,13 @@ def _histogram(buf: bytes) -> NativeHistogram | None:
         elif number == 7:
             h.zero_count = float(value)
         elif number == 12:
-            span = dict((n, v) for n, _, v in _fields(value))
+            span = dict((n, v) for n, _, v in fields(value))
             spans.append((_unzigzag(span.get(1, 0)), span.get(2, 0)))
             native = True
         elif number == 13:
             deltas += _sints(wire, value)
     if not native:
-        return None  # a classic histogram
+        return h, classic, False
     index, count, it = 0, 0, iter(deltas)
     for offset, length in spans:
         index += offset
@@ -203,29 +229,52 @@ def _histogram(buf: bytes) -> NativeHistogram | None:
             count += next(it)
             h.buckets[index] = float(count)
             index += 1
-    return h
+    return h, classic, True
+
+
+def _bucket(b: bytes) -> tuple[float, float]:
+    """Bucket: (upper_bound = 2, cumulative_count = 1, or cumulative_count_float = 4). The
+    layout our encoder and client_golang write (a count tag 0x08 and its varint, a bound tag
+    0x11 and its double) is read without the generic walk, a third of a body's fields."""
+    if b[:1] == b"\x08":
+        count, pos = _varint(b, 1)
+        if len(b) == pos + 9 and b[pos] == 0x11:
+            return _DOUBLE(b, pos + 1)[0], float(count)
+    d = {n: v for n, _, v in fields(b)}
+    return d.get(2, 0.0), float(d.get(4, d.get(1, 0)))
+
+
+def families(body: bytes):
+    """(name, type, [Metric message]) of each family of a delimited MetricFamily stream
+    (MetricFamily: name = 1, type = 3, metric = 4)."""
+    pos = 0
+    while pos < len(body):
+        size, pos = _varint(body, pos)
+        name, kind, metrics = "", 0, []
+        for number, _, value in fields(body[pos:pos + size]):
+            if number == 1:
+                name = value.decode()
+            elif number == 3:
+                kind = value
+            elif number == 4:
+                metrics.append(value)
+        pos += size
+        yield name, kind, metrics
 
 
 def decode(body: bytes) -> dict[tuple[str, frozenset], NativeHistogram]:
     """Every native histogram of a delimited MetricFamily stream, by (family, labels)."""
-    out, pos = {}, 0
-    while pos < len(body):
-        size, pos = _varint(body, pos)
-        name, metrics = "", []
-        for number, _, value in _fields(body[pos:pos + size]):
-            if number == 1:
-                name = value.decode()
-            elif number == 4:
-                metrics.append(value)
-        pos += size
+    out = {}
+    for name, _, metrics in families(body):
         for m in metrics:
             labels, hist = {}, None
-            for number, _, value in _fields(m):
+            for number, _, value in fields(m):
                 if number == 1:
-                    pair = {n: v.decode() for n, _, v in _fields(value)}
+                    pair = {n: v.decode() for n, _, v in fields(value)}
                     labels[pair.get(1, "")] = pair.get(2, "")
                 elif number == 7:
-                    hist = _histogram(value)
+                    h, _, is_native = histogram(value)
+                    hist = h if is_native else None
             if hist is not None:
                 out[(name, frozenset(labels.items()))] = hist
     return out
@@ -234,19 +283,27 @@ def decode(body: bytes) -> dict[tuple[str, frozenset], NativeHistogram]:
 def fetch(address: str, timeout: float = 5.0, ssl_context: ssl.SSLContext | None = None
           ) -> dict[tuple[str, frozenset], NativeHistogram]:
     """The native histograms of one endpoint ("host:port"), asked for in protobuf."""
+    content_type, body = get(address, ACCEPT, timeout, ssl_context)
+    if "protobuf" not in content_type:
+        return {}  # an endpoint without the protobuf exposition has no native histograms
+    return decode(body)
+
+
+def get(address: str, accept: str, timeout: float = 5.0,
+        ssl_context: ssl.SSLContext | None = None) -> tuple[str, bytes]:
+    """(Content-Type, body) of one endpoint's /metrics (https with ssl_context); raises
+    OSError (HTTPStatusError for a non-200 answer)."""
     host, _, port = address.rpartition(":")
     host = host.strip("[]")
     conn = (http.client.HTTPSConnection(host, int(port), timeout=timeout, context=ssl_context)
             if ssl_context is not None else
             http.client.HTTPConnection(host, int(port), timeout=timeout))
     try:
-        conn.request("GET", "/metrics", headers={"Accept": ACCEPT})
+        conn.request("GET", "/metrics", headers={"Accept": accept})
         r = conn.getresponse()
         body = r.read()
         if r.status != 200:
-            raise OSError(f"{address}: HTTP {r.status}")
-        if "protobuf" not in (r.getheader("Content-Type") or ""):
-            return {}  # an endpoint without the protobuf exposition has no native histograms
-        return decode(body)
+            raise HTTPStatusError(f"{address}: HTTP {r.status}")
+        return r.getheader("Content-Type") or "", body
     finally:
         conn.close()

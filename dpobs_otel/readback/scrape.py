@@ -11,8 +11,7 @@ for the same `process` key means the process restarted) and `alive` (False when 
 the file's lock: its writer died without removing it, e.g. SIGKILL; None when that cannot be
 told: another boot's file, a file without dpobs's name, or a filesystem without locks).
 
-A `ProcessTotals` is one process's cumulative counters at one moment, parsed with
-prometheus_client's text parser: per op (`OpTotals`) calls, seconds, errors, bytes read and
+A `ProcessTotals` is one process's cumulative counters at one moment: per op (`OpTotals`) calls, seconds, errors, bytes read and
 written, keys, missing rows and the latency histogram's cumulative buckets; steps, step
 seconds, busy and exposed seconds (an absent counter reads 0); codec seconds per stage;
 dpobs's own time and swallowed errors per component; outstanding bytes and keys (gauges); the
@@ -24,15 +23,15 @@ counters have caught up).
 
 Differencing two snapshots is readback/cluster.py (`cluster.delta`).
 
-Fetching runs in a thread pool, each request with `timeout` seconds and the whole batch with
-a deadline of about the same; an endpoint that refuses, times out, answers non-200 or sends
-something unparsable maps to its exception, never raises. https with `ssl_context` (see
-`tls_context`, for processes started with DPOBS_TLS_*).
+`scrape` reads the text body (`parse`); protobody.read asks for the protobuf one and takes the
+same samples from it, with the native histograms, in one request. Fetching runs in a thread pool, each request
+with `timeout` seconds and the batch with a deadline of about the same; an endpoint that
+refuses, times out, answers non-200 or sends something unparsable maps to its exception,
+never raises. https with `ssl_context` (`tls_context`, for processes with DPOBS_TLS_*).
 """
 from __future__ import annotations
 
 import fcntl
-import http.client
 import json
 import math
 import os
@@ -46,6 +45,7 @@ from prometheus_client.parser import parse_labels, text_string_to_metric_familie
 from .. import names
 from ..exporters.filesd import _OWNED, boot_id
 from ..stepmetrics import guard_flat
+from . import native
 
 PROCESS_LABELS = names.PROCESS_IDENTITY
 
@@ -263,8 +263,8 @@ def parse(text: str, timestamp: float = 0.0) -> ProcessTotals:
 
     Label sets are parsed by prometheus_client's parser and memoised: they are bounded by
     design and repeat across scrapes and processes, and label parsing is nearly all of the
-    parser's time (docs/performance.md has both costs). A line this reading does not understand falls back to the full parser
-    for the whole body."""
+    parser's time (docs/performance.md has both costs). A line this reading does not
+    understand falls back to the full parser for the whole body."""
     try:
         return totals_from_samples(_samples(text), timestamp)
     except ValueError:
@@ -317,47 +317,32 @@ def tls_context(cafile: str | None = None, certfile: str | None = None,
     return ctx
 
 
-class ScrapeError(OSError):
-    pass
+ScrapeError = native.HTTPStatusError  # an answer other than 200
 
 
 def fetch(target: Target, timeout: float = 1.0,
           ssl_context: ssl.SSLContext | None = None) -> str:
-    """The /metrics body of one target (https when ssl_context is given); raises OSError
-    (ScrapeError for a non-200 answer) on failure."""
-    host, _, port = target.address.rpartition(":")
-    host = host.strip("[]")
-    if ssl_context is not None:
-        conn = http.client.HTTPSConnection(host, int(port), timeout=timeout,
-                                           context=ssl_context)
-    else:
-        conn = http.client.HTTPConnection(host, int(port), timeout=timeout)
-    try:
-        conn.request("GET", "/metrics", headers={"Accept": "text/plain"})
-        r = conn.getresponse()
-        body = r.read()
-        if r.status != 200:
-            raise ScrapeError(f"{target.address}: HTTP {r.status}")
-        return body.decode()
-    finally:
-        conn.close()
+    """The text /metrics body of one target (https when ssl_context is given); raises
+    OSError (ScrapeError for a non-200 answer) on failure."""
+    return native.get(target.address, "text/plain", timeout, ssl_context)[1].decode()
 
 
 def scrape(target: Target, timeout: float = 1.0,
            ssl_context: ssl.SSLContext | None = None) -> ProcessTotals:
-    """One target's ProcessTotals, timestamped when its answer arrived; raises on failure."""
-    body = fetch(target, timeout, ssl_context)
-    return parse(body, time.time())
+    """One target's ProcessTotals from its text body, timestamped when its answer arrived;
+    raises on failure."""
+    return parse(fetch(target, timeout, ssl_context), time.time())
 
 
 def scrape_all(targets: list[Target], timeout: float = 1.0,
                ssl_context: ssl.SSLContext | None = None, max_workers: int = 32,
-               pool: ThreadPoolExecutor | None = None) -> dict[Target, ProcessTotals | Exception]:
-    """Every target scraped in parallel: {target: ProcessTotals, or the exception that
-    stopped it}. Returns within about timeout (+ parsing) however many hang; a target still
-    unanswered at the deadline maps to TimeoutError. `pool`: a caller's executor, reused
-    across calls (else one of up to max_workers threads lives for this call). Never raises."""
-    out: dict[Target, ProcessTotals | Exception] = {}
+               pool: ThreadPoolExecutor | None = None, how=scrape) -> dict:
+    """Every target scraped in parallel: {target: what `how` returns (ProcessTotals;
+    protobody.read's pair with the native histograms), or the exception that stopped it}.
+    Returns within about timeout (+ parsing) however many hang; a target still unanswered at
+    the deadline maps to TimeoutError. `pool`: a caller's executor, reused across calls
+    (else one of up to max_workers threads lives for this call). Never raises."""
+    out: dict = {}
     if not targets:
         return out
     own = pool is None
@@ -365,7 +350,7 @@ def scrape_all(targets: list[Target], timeout: float = 1.0,
         pool = ThreadPoolExecutor(min(max_workers, len(targets)),
                                   thread_name_prefix="dpobs-scrape")
     try:
-        futures = {pool.submit(scrape, t, timeout, ssl_context): t for t in targets}
+        futures = {pool.submit(how, t, timeout, ssl_context): t for t in targets}
         done, _ = wait(futures, timeout=timeout + 1.0)
         for fut, t in futures.items():
             if fut not in done:

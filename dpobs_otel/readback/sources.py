@@ -14,11 +14,11 @@ where the last one ended.
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from ..names import OP_DURATION_NATIVE_SERIES
-from . import native, scrape
+from . import protobody, scrape
 from .native import NativeHistogram
 from .prometheus import Prometheus, PrometheusError
 from .scrape import PROCESS_LABELS, ProcessTotals, totals_from_samples
@@ -32,7 +32,7 @@ class Seen:
     incarnation: str | None = None
     error: BaseException | None = None
     # op -> its cumulative native op-duration histogram; None when not read (a Prometheus
-    # source, or the protobuf request failed), {} when the endpoint serves none
+    # source, or an endpoint that answered in text), {} when the endpoint serves none
     native: dict[str, NativeHistogram] | None = None
 
 
@@ -44,12 +44,12 @@ class Reading:
 
 
 class FileSDSource:
-    """Reads by scraping every endpoint a file_sd directory lists, at the call: the text
-    exposition (the counters), then, from the endpoints that answered it, the protobuf one
-    (the native op-duration histograms, native.fetch): two requests per endpoint, both in
-    the pool, the second batch after the first. The counters cannot be read from the
-    protobuf body without a decoder for every metric type, and the native histograms are
-    not in the text one; the two reads are a few milliseconds apart."""
+    """Reads by scraping every endpoint a file_sd directory lists, at the call, in one
+    request each (protobody.read): the protobuf exposition, the counters and the native
+    op-duration histograms from the same body, so from the same moment; an endpoint that
+    answers in text (no protobuf exposition) gives its counters and no native histograms.
+    Each request has the endpoint collect and render everything it exports, which is most
+    of what a call costs: one request, not one per exposition."""
 
     def __init__(self, sd_dir: str, job: str | None = None, timeout: float = 1.0,
                  ssl_context=None):
@@ -67,30 +67,16 @@ class FileSDSource:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(32, thread_name_prefix="dpobs-cluster")
         got = scrape.scrape_all(list(listed.values()), self.timeout, self.ssl_context,
-                                pool=self._pool)
-        hists = self._native([t for t in listed.values() if isinstance(got[t], ProcessTotals)])
+                                pool=self._pool, how=protobody.read)
         out = {}
         for key, t in listed.items():
             r = got[t]
             labels = dict(zip(PROCESS_LABELS, key))
-            if isinstance(r, ProcessTotals):
-                out[key] = Seen(labels, r, t.incarnation, native=hists.get(t))
-            else:
+            if isinstance(r, BaseException):
                 out[key] = Seen(labels, None, t.incarnation, r)
-        return Reading(out, dead - set(out))
-
-    def _native(self, targets: list) -> dict:
-        """{target: op -> native histogram} of those whose protobuf answer came in time."""
-        futures = {self._pool.submit(native.fetch, t.address, self.timeout, self.ssl_context): t
-                   for t in targets}
-        done, _ = wait(futures, timeout=self.timeout + 1.0)
-        out = {}
-        for fut, t in futures.items():
-            if fut in done and fut.exception() is None:
-                out[t] = native.by_label(fut.result(), OP_DURATION_NATIVE_SERIES, "op")
             else:
-                fut.cancel()
-        return out
+                out[key] = Seen(labels, r[0], t.incarnation, native=r[1])
+        return Reading(out, dead - set(out))
 
 
 class PrometheusSource:
