@@ -32,10 +32,11 @@ import threading
 import time
 from pathlib import Path
 
+from dpobs_otel.readback.prometheus import PrometheusError
 from dpobs_otel.testing.prometheus import Agent, Central, rule_files
 
 JOB = "dpobs-scale"
-PER_HOST = 16
+PER_HOST = 16  # endpoints per host process unless --per-host says otherwise
 AGENTS = 4
 
 
@@ -111,14 +112,16 @@ def scalar(central: Central, expr: str) -> float:
     return got[0]["value"] if got else float("nan")
 
 
-def measure(central: Central, agents: list[int], n: int, window: float, interval: float) -> dict:
+def measure(central: Central, agents: list[int], n: int, window: float, interval: float,
+            hosts: list[int]) -> dict:
     cpu0 = sum(map(cpu_seconds, agents))
     central_cpu0 = cpu_seconds(central.proc.pid)
     appended0 = central_metric(central, "prometheus_tsdb_head_samples_appended_total")
     t0 = time.monotonic()
-    evals = []
+    evals, groups = [], []
     while time.monotonic() - t0 < window:
         evals.append(central_metric(central, "prometheus_rule_group_last_duration_seconds"))
+        groups.append(central.rules())
         time.sleep(interval)
     wall = time.monotonic() - t0
     cpu = sum(map(cpu_seconds, agents)) - cpu0
@@ -128,6 +131,7 @@ def measure(central: Central, agents: list[int], n: int, window: float, interval
     sel = f'{{job="{JOB}"}}'
     scrape = f"scrape_duration_seconds{sel}"
     return {
+        "costliest": costliest_rules(groups),
         "targets": scalar(central, f"count(up{sel} == 1)"),
         "series_per_endpoint": scalar(central, f"avg(scrape_samples_scraped{sel})"),
         "scrape_mean_ms": 1e3 * scalar(central, f"avg(avg_over_time({scrape}{w}))"),
@@ -137,10 +141,14 @@ def measure(central: Central, agents: list[int], n: int, window: float, interval
         "agent_rss_kib_per_target": sum(map(rss_bytes, agents)) / n / 1024,
         "central_cpu_pct": 100 * central_cpu / wall,
         "central_rss_mib": rss_bytes(central.proc.pid) / 2**20,
+        "host_rss_mib": statistics.mean(map(rss_bytes, hosts)) / 2**20,
         "samples_per_s": appended / wall,
         "central_series": central_metric(central, "prometheus_tsdb_head_series"),
         "rule_eval_s_mean": statistics.mean(evals),
         "rule_eval_s_max": max(evals),
+        "rule_eval_s_per_cycle": statistics.mean(per_cycle(g, interval) for g in groups),
+        "rule_eval_s_longest_group": statistics.mean(
+            max(x["evaluationTime"] for x in g) for g in groups),
         "window_samples_per_series": scalar(central, f"avg(count_over_time(up{sel}[5m]))"),
     }
 
@@ -171,24 +179,37 @@ def quantile_costs(central: Central) -> dict:
             "recorded_once_samples": agg_samples + len(rules) * agg_series}
 
 
-def costliest_rules(central: Central, top: int = 5) -> list[tuple[float, str]]:
-    """The rules that took longest in their last evaluation (the rules API)."""
-    rules = [r for g in central.rules() for r in g["rules"]]
-    return sorted(((r["evaluationTime"], r.get("name", "?")) for r in rules), reverse=True)[:top]
+def per_cycle(groups: list[dict], interval: float) -> float:
+    """Rule evaluation seconds per `interval`: each group's last duration weighted by how
+    often it runs in one (a group on a longer interval than the cycle runs less than once)."""
+    return sum(g["evaluationTime"] * interval / g["interval"] for g in groups)
+
+
+def costliest_rules(samples: list[list[dict]], top: int = 8) -> list[tuple[float, str, str]]:
+    """(mean seconds per evaluation over the window's samples of the rules API, rule, its
+    group's interval) of the rules that took longest."""
+    seconds: dict[tuple[str, str], list[float]] = {}
+    for groups in samples:
+        for g in groups:
+            for r in g["rules"]:
+                q = r.get("labels", {}).get("quantile")
+                key = (r.get("name", "?") + (f" q={q}" if q else ""), f"{g['interval']:g}s")
+                seconds.setdefault(key, []).append(r["evaluationTime"])
+    return sorted(((statistics.mean(v), *k) for k, v in seconds.items()), reverse=True)[:top]
 
 
 # -- the run ------------------------------------------------------------------------------------
 class Hosts:
-    def __init__(self, sd_dirs: list[str], step_s: float):
-        self.sd_dirs, self.step_s = sd_dirs, step_s
+    def __init__(self, sd_dirs: list[str], step_s: float, per_host: int = PER_HOST):
+        self.sd_dirs, self.step_s, self.per_host = sd_dirs, step_s, per_host
         self.procs: list[subprocess.Popen] = []
 
     def grow_to(self, n: int) -> None:
         started = []
-        while len(self.procs) * PER_HOST < n:
+        while len(self.procs) * self.per_host < n:
             i = len(self.procs)
             argv = [sys.executable, __file__, "--host", self.sd_dirs[i % AGENTS],
-                    str(PER_HOST), str(self.step_s), str(i * PER_HOST)]
+                    str(self.per_host), str(self.step_s), str(i * self.per_host)]
             p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                  text=True)
             self.procs.append(p)
@@ -209,13 +230,14 @@ def run(args) -> list[tuple[int, dict]]:
     tmp = Path(tempfile.mkdtemp(prefix="dpobs-scale-"))
     interval = float(args.interval.rstrip("s"))
     # --native-only: the mixin with classic_quantiles=False (the native quantiles only)
-    rules = rule_files(tmp / "mixin", classic_quantiles=not args.native_only)
+    rules = rule_files(tmp / "mixin", classic_quantiles=not args.native_only,
+                       native_quantile_interval=args.native_quantile_interval)
     sd_dirs = [str(tmp / f"sd{i}") for i in range(AGENTS)]
     results = []
     with Central(rules, interval=args.interval, data_dir=str(tmp)) as central:
         agents = [Agent(d, f"{central.url}/api/v1/write", f"node-{i}", interval=args.interval)
                   for i, d in enumerate(sd_dirs)]
-        hosts = Hosts(sd_dirs, args.step_s)
+        hosts = Hosts(sd_dirs, args.step_s, args.per_host)
         try:
             for a in agents:
                 a.start()
@@ -226,14 +248,17 @@ def run(args) -> list[tuple[int, dict]]:
                 dead = [a for a in agents if a.proc.poll() is not None]
                 if dead:
                     raise RuntimeError("an agent exited:\n" + dead[0].log())
-                r = measure(central, pids, n, args.window, interval)
+                r = measure(central, pids, n, args.window, interval,
+                            [p.pid for p in hosts.procs])
                 r["agent_cpu_pct_per_32_at_15s"] = r["agent_cpu_pct_per_32"] * interval / 15
-                r["costliest"] = costliest_rules(central)
-                if n == args.sizes[-1]:
-                    r["quantiles"] = quantile_costs(central)
                 results.append((n, r))
                 print(f"  {n:4d} endpoints: " + ", ".join(
                     f"{k}={v:.4g}" for k, v in r.items() if isinstance(v, float)), flush=True)
+                if n == args.sizes[-1]:
+                    try:  # after the figures: on a busy box these queries can time out
+                        r["quantiles"] = quantile_costs(central)
+                    except PrometheusError as e:
+                        print(f"  quantile costs not measured: {e}", flush=True)
         finally:
             hosts.close()
             for a in agents:
@@ -254,8 +279,12 @@ ROWS = [("targets up", "targets", "{:.0f}"),
         ("central head series", "central_series", "{:.0f}"),
         ("central CPU, % of one core", "central_cpu_pct", "{:.1f}"),
         ("central RSS (MiB)", "central_rss_mib", "{:.0f}"),
+        ("endpoint host RSS, mean per process (MiB)", "host_rss_mib", "{:.0f}"),
         ("rule evaluation per cycle, mean (s)", "rule_eval_s_mean", "{:.3f}"),
         ("rule evaluation per cycle, max (s)", "rule_eval_s_max", "{:.3f}"),
+        ("rule evaluation per cycle, groups weighted by interval (s)", "rule_eval_s_per_cycle",
+         "{:.3f}"),
+        ("longest rule group per cycle (s)", "rule_eval_s_longest_group", "{:.3f}"),
         ("samples per series in a 5m window", "window_samples_per_series", "{:.0f}")]
 
 
@@ -273,14 +302,15 @@ def report(results: list[tuple[int, dict]], args) -> None:
         cells = " | ".join(f"{fmt.format(r[k]):>8}" for _, r in results)
         growth = last[k] / first[k] if first[k] else float("nan")
         print(f"| {label:54} | {cells} | {growth:>16.2f}x |")
-    print(f"\ncostliest rules at {sizes[-1]} (seconds in their last evaluation):")
-    for seconds, name in last["costliest"]:
-        print(f"  {seconds:.3f}  {name}")
-    q = last["quantiles"]
-    print(f"the {q['rules']} latency quantile rules as written, as instant queries: "
-          f"{q['as_written_s']:.3f} s, {q['as_written_samples']} samples touched; their bucket"
-          f" aggregation alone: {q['aggregation_s']:.3f} s, {q['aggregation_samples']} samples;"
-          f" recorded once and read by all {q['rules']}: {q['recorded_once_samples']} samples")
+    print(f"\ncostliest rules at {sizes[-1]} (mean seconds per evaluation over the window):")
+    for seconds, name, every in last["costliest"]:
+        print(f"  {seconds:.3f}  {name} (every {every})")
+    q = last.get("quantiles")
+    if q:
+        print(f"the {q['rules']} latency quantile rules as written, as instant queries: "
+              f"{q['as_written_s']:.3f} s, {q['as_written_samples']} samples touched; their bucket"
+              f" aggregation alone: {q['aggregation_s']:.3f} s, {q['aggregation_samples']} samples;"
+              f" recorded once and read by all {q['rules']}: {q['recorded_once_samples']} samples")
     worst_cpu = max(r["agent_cpu_pct_per_32_at_15s"] for _, r in results)
     scaled = "" if args.interval == "15s" else " (scaled from the interval: a lower bound)"
     print(f"\ngoal: agent CPU <= 2% of wall per 32 targets at 15 s{scaled}: "
@@ -299,10 +329,16 @@ def main() -> None:
                    type=lambda s: sorted(int(x) for x in s.split(",")))
     p.add_argument("--interval", default="5s", help="scrape and rule interval (default 5s)")
     p.add_argument("--step-s", type=float, default=1.0, help="seconds per step per endpoint")
+    p.add_argument("--per-host", type=int, default=PER_HOST,
+                   help=f"endpoints per host process (default {PER_HOST}; more fit 1024 in "
+                        "less memory, each host's op threads then share one interpreter)")
     p.add_argument("--settle", type=float, default=15)
     p.add_argument("--window", type=float, default=40)
     p.add_argument("--native-only", action="store_true",
                    help="rules without the classic quantiles (Config(classic_quantiles=False))")
+    p.add_argument("--native-quantile-interval", default="",
+                   help="the native quantiles in a group of their own at this interval "
+                        "(Config(native_quantile_interval=...))")
     args = p.parse_args()
     report(run(args), args)
 

@@ -105,13 +105,18 @@ def _latency_rules(c: Config) -> list[Rule]:
                         "Recorded once for the three quantiles below (it is most of their cost)."))
         out += _quantiles(c, n.JOB_OP_QUANTILE, n.JOB_OP_LE_BUCKETS,
                           "histogram_quantile is NaN without observations; `and` drops those.")
-    return out + _quantiles(
+    return out if c.native_quantile_interval else out + _native_quantiles(c)
+
+
+def _native_quantiles(c: Config) -> list[Rule]:
+    return _quantiles(
         c, n.JOB_OP_NATIVE_QUANTILE, _rate(c, NATIVE, "job", "op"),
         "From the native histogram (one series per process and op, one schema in every process,\n"
         "so the sum keeps it): within ~1% of the truth for a smooth latency where the classic\n"
         "buckets are off by up to a third; nothing where no Prometheus has native histograms\n"
-        "on. The rate is not recorded on its own: Prometheus 2.42 rejects some recorded float\n"
-        "histograms (its count check has no tolerance for rounding).")
+        "on. The rate is not recorded on its own: Prometheus 2.42 discards about half the\n"
+        "evaluations of a recorded float-histogram rate, summed or per process (its count\n"
+        "check has no tolerance for rounding), so each quantile takes the rate itself.")
 
 
 def _quantiles(c: Config, record: str, source: str, why: str) -> list[Rule]:
@@ -186,7 +191,12 @@ def _agent_rules(c: Config) -> list[Rule]:
 def recording_groups(c: Config) -> list[Group]:
     rules = (_time_rules(c) + _frac_rules(c) + _latency_rules(c) + _volume_rules(c)
              + _guard_rules(c) + _row_age_rules(c) + _agent_rules(c))
-    return [Group("dpobs-recording", rules)]
+    groups = [Group("dpobs-recording", rules)]
+    if c.native_quantile_interval:
+        # Another group runs beside the first; its `and` reads the last recorded op rate.
+        groups.append(Group("dpobs-native-quantiles", _native_quantiles(c),
+                            c.native_quantile_interval))
+    return groups
 
 
 HEADER = """\

@@ -103,12 +103,12 @@ def _record(tel, values) -> None:
         tel.op_duration.record(v, tel.op_attrs["get"])
 
 
-def _check_quantiles(prom, truth: list[float], scraped: int) -> dict:
+def _check_quantiles(prom, truth: list[float], scraped: int, settle: float = 1) -> dict:
     """The native rules against the pooled truth (what rate() counts in the window), once
     the processes' counts now add to `scraped`; the classic quantiles for the record."""
     wait_for(lambda: one(prom, f"sum(histogram_count({n.OP_DURATION_NATIVE_SERIES}))")
              == scraped, what="every observation scraped")
-    time.sleep(1)  # rule evaluations after that scrape
+    time.sleep(settle)  # rule evaluations after that scrape
     errors = {}
     for q in n.QUANTILES:
         want = float(np.quantile(truth, float(q)))
@@ -120,7 +120,10 @@ def _check_quantiles(prom, truth: list[float], scraped: int) -> dict:
     return errors
 
 
-def test_cluster_quantiles_from_several_processes_and_a_restart(tmp_path, sd):
+# The native quantiles in the one recording group, and in a group of their own
+# (Config.native_quantile_interval) whose `and` reads the op rate the other group recorded.
+@pytest.mark.parametrize("knobs", [{}, {"native_quantile_interval": "1s"}], ids=["one", "own"])
+def test_cluster_quantiles_from_several_processes_and_a_restart(tmp_path, sd, knobs):
     rng = random.Random(22)
     shapes = [(0.002, 0.5), (0.005, 0.8), (0.001, 0.3)]
     tels = [dpobs.start(role="w", rank=i, port=0, sd_dir=sd) for i in range(3)]
@@ -130,7 +133,9 @@ def test_cluster_quantiles_from_several_processes_and_a_restart(tmp_path, sd):
         # Scraped every 200 ms: rate() extrapolates each process's increase by up to an
         # interval at the window's end, so with seconds of data (not 5 minutes) a 1 s interval
         # would weight the processes unevenly by up to ~10% and move the pooled quantiles.
-        with Central(rule_files(tmp_path / "mixin"), scrape_sd=sd, interval="200ms") as prom:
+        settle = 2.5 if knobs else 1  # the own group's 1 s cycle after the last scrape
+        with Central(rule_files(tmp_path / "mixin", **knobs), scrape_sd=sd,
+                     interval="200ms") as prom:
             wait_for(lambda: one(prom, f"count({n.OP_DURATION_NATIVE_SERIES})") == 3,
                      what="three native series")
             time.sleep(0.5)
@@ -139,7 +144,7 @@ def test_cluster_quantiles_from_several_processes_and_a_restart(tmp_path, sd):
                 values = _lognormal(rng, median, sigma, 3000)
                 _record(t, values)
                 truth += values
-            _check_quantiles(prom, truth, scraped=3 + len(truth))
+            _check_quantiles(prom, truth, scraped=3 + len(truth), settle=settle)
             # Rank 1 restarts on the same port: its counts drop to zero and start again.
             port = int(tels[1].endpoint.rsplit(":", 1)[1])
             tels[1].shutdown()
@@ -148,7 +153,7 @@ def test_cluster_quantiles_from_several_processes_and_a_restart(tmp_path, sd):
             _record(tels[1], after)
             # rate() absorbs the reset: the window holds rank 1's 3000 before it and its
             # 2000 after, counted from zero in full; its count now is the 2000 alone.
-            _check_quantiles(prom, truth + after, scraped=2 * 3001 + len(after))
+            _check_quantiles(prom, truth + after, scraped=2 * 3001 + len(after), settle=settle)
     finally:
         for t in tels:
             t.shutdown()

@@ -103,6 +103,25 @@ def test_classic_quantiles_knob():
     assert names.JOB_OP_NATIVE_QUANTILE in off
 
 
+def test_native_quantile_interval_knob(tmp_path):
+    from dpobs_otel.mixin.rules import recording_file, recording_groups
+    def layout(c):
+        return [(g.name, g.interval, [r.body.get("labels", {}).get("quantile")
+                                      for r in g.rules if r.body.get("record") == names.JOB_OP_NATIVE_QUANTILE])
+                for g in recording_groups(c)]
+    assert layout(Config()) == [("dpobs-recording", None, list(names.QUANTILES))]
+    c = Config(classic_quantiles=False, native_quantile_interval="1m")
+    assert layout(c) == [("dpobs-recording", None, []),
+                         ("dpobs-native-quantiles", "1m", list(names.QUANTILES))]
+    # the same rules otherwise, and a file Prometheus loads
+    flat = [r.body for g in recording_groups(c) for r in g.rules]
+    assert sorted(map(str, flat)) == sorted(
+        str(r.body) for g in recording_groups(Config(classic_quantiles=False)) for r in g.rules)
+    path = tmp_path / "r.yml"
+    path.write_text(recording_file(c))
+    run(tool("promtool"), "check", "rules", path)
+
+
 def test_prometheus_config_as_shipped():
     run(tool("promtool"), "check", "config", PROMETHEUS_YML)
 
