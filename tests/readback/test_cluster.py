@@ -9,19 +9,17 @@ a death mid-window, a newcomer, a listed endpoint that never answers, a clean ex
 """
 from __future__ import annotations
 
-import http.server
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
-import urllib.parse
 from pathlib import Path
 
 import pytest
+from helpers import fakeprom
 import dpobs_otel as dpobs
 from dpobs_otel.readback import cluster, sources
 from dpobs_otel.testing.step_worker import step
@@ -258,13 +256,12 @@ def test_never_raises_into_the_step(sd, monkeypatch):
         driver.tel.shutdown()
 
 
-class FakePrometheus(http.server.BaseHTTPRequestHandler):
+class FakePrometheus(fakeprom.QueryAPI):
     """Answers the three instant queries PrometheusSource makes from `state`:
     {instance: (up, sample timestamp, instance id, steps)}."""
     state: dict = {}
 
-    def do_GET(self):
-        q = urllib.parse.parse_qs(urllib.parse.urlparse(self.path).query)["query"][0]
+    def vector(self, q):
         result = []
         for inst, (up, ts, iid, steps) in self.state.items():
             m = {"job": JOB, "instance": inst, "role": "w", "rank": "0"}
@@ -277,22 +274,13 @@ class FakePrometheus(http.server.BaseHTTPRequestHandler):
                             "value": [ts, str(steps)]},
                            {"metric": dict(m, __name__="target_info", service_instance_id=iid),
                             "value": [ts, "1"]}]
-        body = json.dumps({"status": "success",
-                           "data": {"resultType": "vector", "result": result}}).encode()
-        self.send_response(200)
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *a):
-        pass
+        return result
 
 
 def test_prometheus_source_restarts_unreachable_lost_and_staleness():
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FakePrometheus)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    view = cluster.ClusterView(f"http://127.0.0.1:{server.server_address[1]}", JOB)
     st = FakePrometheus.state
-    try:
+    with fakeprom.serving(FakePrometheus) as url:
+        view = cluster.ClusterView(url, JOB)
         now = time.time()
         st.update({"a:1": (1, now - 30, "one", 3), "b:1": (0, now - 1, "x", 0)})
         got = view.step_metrics()
@@ -305,8 +293,6 @@ def test_prometheus_source_restarts_unreachable_lost_and_staleness():
         st["b:1"] = (1, now, "x", 5)
         got = view.step_metrics()
         assert counts(got) == (1, 0, 1, 0) and got[P + "steps"] == 3
-    finally:
-        server.shutdown()
 
 
 def test_demo_reports_the_cluster_view_of_its_measured_steps(sd):

@@ -5,16 +5,13 @@ bucketed at the exporter's schema and interpolated the same way (so equal to flo
 and within 5% of numpy's exact sample quantile."""
 from __future__ import annotations
 
-import http.server
-import json
 import math
 import random
-import threading
 import time
-import urllib.parse
 
 import numpy as np
 import pytest
+from helpers import fakeprom
 
 import dpobs_otel as dpobs
 from dpobs_otel.exporters.native import SCALE, ZERO_THRESHOLD
@@ -145,42 +142,28 @@ def test_a_process_without_a_native_window_blanks_the_quantiles(sd, monkeypatch)
         b.shutdown()
 
 
-class FakePrometheus(http.server.BaseHTTPRequestHandler):
+class FakePrometheus(fakeprom.QueryAPI):
     """One process whose get count grows by 10 per query of the series."""
     calls = [0]
 
-    def do_GET(self):
-        q = urllib.parse.parse_qs(urllib.parse.urlparse(self.path).query)["query"][0]
+    def vector(self, q):
         m = {"job": JOB, "instance": "h:1", "role": "w", "rank": "0"}
         now = time.time()
         if q.startswith("timestamp(up"):
-            result = [{"metric": m, "value": [now, str(now)]}]
-        elif q.startswith("up{"):
-            result = [{"metric": dict(m, __name__="up"), "value": [now, "1"]}]
-        else:
-            self.calls[0] += 10
-            op = dict(m, op="get")
-            result = [{"metric": dict(op, __name__=f"dpobs_client_operation_duration_seconds{s}"),
-                       "value": [now, str(v)]}
-                      for s, v in (("_count", self.calls[0]), ("_sum", self.calls[0] * 0.01))]
-        body = json.dumps({"status": "success",
-                           "data": {"resultType": "vector", "result": result}}).encode()
-        self.send_response(200)
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *a):
-        pass
+            return [{"metric": m, "value": [now, str(now)]}]
+        if q.startswith("up{"):
+            return [{"metric": dict(m, __name__="up"), "value": [now, "1"]}]
+        self.calls[0] += 10
+        op = dict(m, op="get")
+        return [{"metric": dict(op, __name__=f"dpobs_client_operation_duration_seconds{s}"),
+                 "value": [now, str(v)]}
+                for s, v in (("_count", self.calls[0]), ("_sum", self.calls[0] * 0.01))]
 
 
 def test_a_prometheus_source_has_no_quantiles():
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FakePrometheus)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        view = ClusterView(f"http://127.0.0.1:{server.server_address[1]}", JOB)
+    with fakeprom.serving(FakePrometheus) as url:
+        view = ClusterView(url, JOB)
         rows(view)
         got = rows(view)["get"]
         assert got["calls"] == 10 and got["mean_ms"] == pytest.approx(10.0)
         assert [got[c] for c in Q] == [None] * 3
-    finally:
-        server.shutdown()
