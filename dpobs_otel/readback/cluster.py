@@ -54,6 +54,7 @@ PREFIX = "dpobs/cluster/"
 COLUMNS = ("op", "calls", "mean_ms", "max_ms", "mb", "share", "slowest_role", "slowest_rank",
            "slowest_mean_ms", "p50_ms", "p90_ms", "p99_ms")
 QUANTILES = (0.5, 0.9, 0.99)  # the last three columns
+_P99 = COLUMNS.index("p99_ms")
 
 
 def _sub(a: dict, b: dict) -> dict:
@@ -344,10 +345,11 @@ def text(got: dict, table: tuple[list[str], list[list]]) -> str:
     out = ["  " + "  ".join(f"{k}={got[PREFIX + k]:.4g}" for k in keys if PREFIX + k in got)]
     columns, rows = table
     # op .. share, then p99_ms (when the breakdown has it)
-    out.append("  " + "".join(f"{c:>10}" for c in columns[:6] + columns[11:12])
+    p99 = slice(_P99, _P99 + 1)
+    out.append("  " + "".join(f"{c:>10}" for c in columns[:6] + columns[p99])
                + "  slowest (role rank)")
     for r in rows:
         cells = "".join(f"{'-' if v is None else format(v, '.4g'):>10}"
-                        for v in r[1:6] + r[11:12])
+                        for v in r[1:6] + r[p99])
         out.append(f"  {r[0]:>10}{cells}  {r[6] or '-'} {r[7] or ''}")
     return "\n".join(out)

@@ -131,7 +131,7 @@ def by_label(hists: dict, family: str, label: str) -> dict[str, NativeHistogram]
 
 
 # -- wire format ---------------------------------------------------------------------------
-_DOUBLE = struct.Struct("<d").unpack_from
+DOUBLE = struct.Struct("<d").unpack_from
 
 
 def _varint(buf: bytes, pos: int) -> tuple[int, int]:
@@ -165,7 +165,7 @@ def fields(buf: bytes):
             else:
                 value, pos = _varint(buf, pos)
         elif wire == 1:
-            value, pos = _DOUBLE(buf, pos)[0], pos + 8
+            value, pos = DOUBLE(buf, pos)[0], pos + 8
         elif wire == 2:
             size = buf[pos]
             if size < 0x80:
@@ -239,7 +239,7 @@ def _bucket(b: bytes) -> tuple[float, float]:
     if b[:1] == b"\x08":
         count, pos = _varint(b, 1)
         if len(b) == pos + 9 and b[pos] == 0x11:
-            return _DOUBLE(b, pos + 1)[0], float(count)
+            return DOUBLE(b, pos + 1)[0], float(count)
     d = {n: v for n, _, v in fields(b)}
     return d.get(2, 0.0), float(d.get(4, d.get(1, 0)))
 

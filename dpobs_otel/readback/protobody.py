@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import math
 import ssl
-import struct
 import time
 
 from .. import names
 from . import native, scrape
-from .native import families, fields, histogram
+from .native import DOUBLE, families, fields, histogram
 
 COUNTER, GAUGE, UNTYPED, HISTOGRAM = 0, 1, 3, 4  # enum MetricType
 # Metric's field holding the value of each single-value type (gauge = 2, counter = 3,
@@ -39,7 +38,6 @@ _HISTOGRAM_FIELD = 7
 _LABELS: dict[bytes, dict[str, str]] = {}
 _BUCKET_LABELS: dict[tuple[bytes, float], dict[str, str]] = {}
 _LABELS_MAX = 50_000
-_DOUBLE = struct.Struct("<d").unpack_from
 
 # Protobuf first; text from endpoints without it (an older dpobs, another exporter), which
 # answer this Accept in text as they answer Prometheus's.
@@ -85,7 +83,7 @@ def decode(body: bytes, keep: tuple[str, ...] = ("",), bucketless: frozenset = f
                 if b is None:
                     value = 0.0
                 elif len(b) == 9 and b[0] == 0x09:  # value = 1, a double: all it holds
-                    value = _DOUBLE(b, 1)[0]
+                    value = DOUBLE(b, 1)[0]
                 else:
                     value = next((v for n, _, v in fields(b) if n == 1), 0.0)
                 samples.append((name, labels, value))
