@@ -61,17 +61,16 @@ class InstrumentedClient(AwaitedOps, Reconciling):
                 kwargs["pending_fields"] = pending
             else:
                 stored = pending.result()
-        t1 = perf_counter()
-        step = self._cp.begin(t1)
+        step, t1 = self._cp.start()
         try:
             result = self._inner.put_samples(sample_ids, partition_id, stored, tags, **kwargs)
         except BaseException as exc:
             self.failed_call("put", exc, t1, step)
             raise
+        t2 = perf_counter()
         if type(result) not in NOT_AWAITABLE and is_awaitable(result):
             self._cp.retract(step, t1)
             return self._put_async(result, t0, t1, sample_ids, partition_id, fields, tags)
-        t2 = perf_counter()
         self._cp.end(step, t1, t2)
         self._put_done(t0, t1, t2, sample_ids, partition_id, fields, tags)
         return result
@@ -118,17 +117,16 @@ class InstrumentedClient(AwaitedOps, Reconciling):
         return self._call("get_data", self._inner.get_data, args, kwargs, read_result=True)
 
     def clear_samples(self, sample_ids, partition_id, **kwargs):
-        t1 = perf_counter()
-        step = self._cp.begin(t1)
+        step, t1 = self._cp.start()
         try:
             result = self._inner.clear_samples(sample_ids, partition_id, **kwargs)
         except BaseException as exc:
             self.failed_call("clear", exc, t1, step)
             raise
+        t2 = perf_counter()
         if type(result) not in NOT_AWAITABLE and is_awaitable(result):
             self._cp.retract(step, t1)
             return self._clear_async(result, t1, sample_ids, partition_id)
-        t2 = perf_counter()
         self._cp.end(step, t1, t2)
         self._clear_done(t1, t2, sample_ids, partition_id)
         return result
@@ -166,8 +164,7 @@ class InstrumentedClient(AwaitedOps, Reconciling):
             select = self._row_age.select(select)
         # Digest or stamp columns were asked for by name (compared only when a hook ran).
         added = select is not select_fields and select != select_fields
-        t1 = perf_counter()
-        step = self._cp.begin(t1)
+        step, t1 = self._cp.start()
         try:
             try:
                 result = fn(sample_ids, partition_id, select, **kwargs)
@@ -181,13 +178,13 @@ class InstrumentedClient(AwaitedOps, Reconciling):
         except BaseException as exc:
             self.failed_call(op, exc, t1, step)
             raise
+        t2 = perf_counter()
         if type(result) not in NOT_AWAITABLE and is_awaitable(result):
             self._cp.retract(step, t1)
             retry = (partial(fn, sample_ids, partition_id, select_fields, **kwargs) if added
                      else None)
             return self._read_async(op, fn, result, retry, t0, t1, sample_ids, partition_id,
                                     select_fields, kwargs, added)
-        t2 = perf_counter()
         self._cp.end(step, t1, t2)
         return self._read_done(op, fn, result, t0, t1, t2, sample_ids, partition_id,
                                select_fields, kwargs, added, mixed)
@@ -273,17 +270,16 @@ class InstrumentedClient(AwaitedOps, Reconciling):
 
     def _call(self, op, fn, args, kwargs, read_result=False):
         pid = None if self._tracer is None else self._tracer.partition_of(args, kwargs)
-        t1 = perf_counter()
-        step = self._cp.begin(t1)
+        step, t1 = self._cp.start()
         try:
             result = fn(*args, **kwargs)
         except BaseException as exc:
             self.failed_call(op, exc, t1, step)
             raise
+        t2 = perf_counter()
         if type(result) not in NOT_AWAITABLE and is_awaitable(result):
             self._cp.retract(step, t1)
             return self._call_async(op, result, t1, read_result, pid)
-        t2 = perf_counter()
         self._cp.end(step, t1, t2)
         return self._call_done(op, result, t1, t2, read_result, pid)
 

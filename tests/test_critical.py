@@ -412,3 +412,38 @@ def test_a_reading_between_an_ops_clock_and_its_end_never_goes_back():
     cp.end(cp.begin(7.0), 7.0, 9.0)
     cp.step_end(opened, 9.0)
     assert cp.totals(10.0) == (pytest.approx(3.0 + 2.0), pytest.approx(3.0 + 2.0))
+
+
+@pytest.mark.parametrize("op", ["put", "get"])
+def test_an_ops_interval_starts_after_begin_waited_for_the_lock(store, op):
+    """The duration and the busy interval are the store call's: an op that must wait for the
+    critical path's lock (held here by another thread, as a scrape's totals() briefly does)
+    starts its clock once it holds it. Reading the clock before begin() counted the wait."""
+    clock = Clock()
+    tel = dpobs.start(role="t", rank=0, port=0)
+    try:
+        client = tel.instrument(SlowStore(store, clock, LAT))
+        call = {"put": lambda: client.put_samples(["n0"], "p", batch(1)),
+                "get": lambda: client.get_samples(IDS, "p")}[op]
+        held, release = threading.Event(), threading.Event()
+
+        def hold():
+            with tel.critical.lock:
+                held.set()
+                release.wait(5)
+        holder = threading.Thread(target=hold)
+        with tel.step():
+            before = tel.critical.totals()[0]
+            holder.start()
+            held.wait(5)
+            threading.Timer(0.3, release.set).start()
+            call()
+            busy = tel.critical.totals()[0] - before
+        holder.join()
+        seconds = tel.stats.ops[op].seconds
+        (a, b), = clock.of("call")
+        assert seconds < 0.2, seconds  # the 0.3 s wait was counted before
+        assert seconds >= b - a >= LAT
+        assert busy == pytest.approx(seconds, abs=1e-3)
+    finally:
+        tel.shutdown()

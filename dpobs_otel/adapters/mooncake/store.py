@@ -253,8 +253,7 @@ class InstrumentedMooncakeStore:
         """fn(*args, **kwargs), one call of the store's `name`, timed and counted as `op`
         (also MooncakeInstrumentor's, for the methods it patches on the class)."""
         acct = self._acct
-        t1 = perf_counter()
-        step = self._tel.critical.begin(t1)
+        step, t1 = self._tel.critical.start()
         try:
             with own_calls():  # measured here: MooncakeInstrumentor must not count it again
                 result = fn(*args, **kwargs)
