@@ -11,7 +11,7 @@ WHEEL_EXTRAS := dashboards,instrument,top
 
 .PHONY: demo test install dashboards kubernetes bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py dpobs_otel/guard/_rowsums.c
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# torch first and pinned: an unpinned resolve pulls a multi-GB CUDA build.

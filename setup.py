@@ -1,11 +1,16 @@
-"""Everything is in pyproject.toml; this file only ships the DPOBS_AUTO start-up hook.
+"""Everything is in pyproject.toml but two things that need code: the DPOBS_AUTO start-up hook
+and the guard's one-pass kernel.
 
 A .pth file must sit at the top of site-packages to run at interpreter start, which package
 data cannot do, so build_py copies dpobs_otel/dpobs-otel-auto.pth beside the package (see
-dpobs_otel/auto.py for what its one line does)."""
+dpobs_otel/auto.py for what its one line does).
+
+The kernel (dpobs_otel/guard/_rowsums.c) is plain C that the guard loads with ctypes
+(guard/kernel.py). It is optional: where it cannot be built, the install goes on and the
+guard runs its torch kernels instead."""
 import os
 
-from setuptools import setup
+from setuptools import Extension, setup
 from setuptools.command.build_py import build_py
 
 PTH = "dpobs-otel-auto.pth"
@@ -20,4 +25,9 @@ class BuildPyWithStartupHook(build_py):
         return [*super().get_outputs(include_bytecode), os.path.join(self.build_lib, PTH)]
 
 
-setup(cmdclass={"build_py": BuildPyWithStartupHook})
+ROWSUMS = Extension(
+    "dpobs_otel.guard._rowsums", ["dpobs_otel/guard/_rowsums.c"], optional=True,
+    # -Wno-psabi: gcc notes that AVX vectors change the ABI of functions that are all inlined.
+    extra_compile_args=["-O3", "-Wno-psabi"])
+
+setup(cmdclass={"build_py": BuildPyWithStartupHook}, ext_modules=[ROWSUMS])

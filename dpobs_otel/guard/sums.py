@@ -11,6 +11,9 @@ when the machine is busy (docs/performance.md, "The wire guard", has the figure)
 GIL inside every op): as many as the hook's caller has intra-op threads, so a put or get
 uses the cores its own torch ops would. Accelerators take a field in one chunk, with no host
 sync.
+
+CPU tensors go to the one-pass C kernel (kernel.py) where it was built; what follows is the
+path for accelerators and for installs without it.
 """
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ import threading
 
 import torch
 
-from . import pool
+from . import kernel, pool
 from .reference import MIX_SHIFT, R, R_INV, s32
 
 BLOCK = 64  # words per block of the flat path's prefix sums
@@ -166,6 +169,8 @@ def _run_chunks(body, n_chunks: int, make_scratch) -> None:
 def sums_dense(words: torch.Tensor) -> torch.Tensor:
     """A for every row of an (N, m) int32 word matrix, as int32. Rows longer than a CPU chunk
     go through the flat path (whose chunks need not align with rows)."""
+    if kernel.usable(words):
+        return kernel.sums_dense(words)
     n, m = words.shape
     dev = words.device
     if n == 0 or m == 0:
@@ -262,6 +267,8 @@ def _prefix_at_once(words, prefix, p):
 def sums_flat(words: torch.Tensor, woff: torch.Tensor) -> torch.Tensor:
     """A for every row of a flat int32 word buffer; row r is words[woff[r]:woff[r+1]]:
     T(end) - T(start), rebased to position 0 by R^(-start)."""
+    if kernel.usable(words):
+        return kernel.sums_flat(words, woff)
     n = woff.numel() - 1
     dev = words.device
     if n <= 0:

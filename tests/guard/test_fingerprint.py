@@ -42,6 +42,7 @@ def reference(rows, ids, field="f", part="p"):
 
 
 IDS = [f"sample-{i}" for i in range(9)]
+pytestmark = pytest.mark.usefixtures("kernel")  # every test on both kernels (conftest.py)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -100,6 +101,7 @@ def test_other_layouts_and_views_equal_reference():
                                                  IDS[:2])
 
 
+@pytest.mark.torch_kernel
 def test_chunking_does_not_change_digests(monkeypatch):
     rows = [rand((n, 3), torch.bfloat16) for n in (1, 9, 0, 30, 2, 17, 5)]
     nt = torch.nested.nested_tensor(rows, layout=torch.jagged)
@@ -120,6 +122,7 @@ def test_chunking_does_not_change_digests(monkeypatch):
     assert before[2] == reference(list(long_rows.unbind(0)), IDS[:3])
 
 
+@pytest.mark.torch_kernel
 def test_threaded_chunks_equal_one_thread_and_reference(monkeypatch):
     """Several threads share a field's chunks (in any order): same digests as one thread."""
     g = torch.Generator().manual_seed(3)
@@ -136,6 +139,7 @@ def test_threaded_chunks_equal_one_thread_and_reference(monkeypatch):
     assert one[1] == reference(list(dense.unbind(0)), ids)
 
 
+@pytest.mark.torch_kernel
 def test_a_hooks_chunks_spread_over_its_callers_threads_equal_the_reference(monkeypatch):
     """The path a put takes: on a guard helper, spread over the caller's thread count
     (pool.width) through the crew, every dtype width and both kernels."""
@@ -161,6 +165,7 @@ def test_a_hooks_chunks_spread_over_its_callers_threads_equal_the_reference(monk
         assert got[k] == reference(list(fields[k].unbind(0)), ids, k)
 
 
+@pytest.mark.torch_kernel
 def test_threaded_chunks_raise_a_helper_threads_error(monkeypatch):
     monkeypatch.setattr(sums, "_workers", lambda n_chunks: 3)
     seen = []
@@ -175,6 +180,7 @@ def test_threaded_chunks_raise_a_helper_threads_error(monkeypatch):
     assert 5 in seen and len(seen) == len(set(seen))  # each chunk at most once
 
 
+@pytest.mark.torch_kernel
 def test_accelerator_single_chunk_path_equals_reference(monkeypatch):
     """The one-chunk, no-host-sync path CUDA takes, exercised on the CPU."""
     monkeypatch.setattr(sums, "one_chunk", lambda device: True)
@@ -358,6 +364,7 @@ class _OpLog(TorchDispatchMode):
         return out
 
 
+@pytest.mark.torch_kernel  # the code CUDA runs; the C kernel is the CPU's alone
 def test_uses_only_device_safe_int_ops():
     """No unsigned wide tensor is ever produced and only plain int32/int64 arithmetic runs,
     so the same code runs on CUDA (which has no uint32/uint64 xor/mul kernels)."""

@@ -15,6 +15,7 @@ from helpers.guard import (GUARD_LOG, IDS, N, TENSOR_FIELDS, _all_rows, _flip_bi
                            total)
 
 
+pytestmark = pytest.mark.usefixtures("kernel")  # the corruption matrix on both kernels
 EVERY_FIELD = TENSOR_FIELDS
 MATRIX = {
     # name: (corrupt(rows), {(field, sample id)} expected to mismatch)

@@ -1,0 +1,104 @@
+"""The fingerprint's weighted sums in one pass over memory (_rowsums.c), for CPU tensors.
+
+setup.py builds _rowsums.c as an optional extension: a plain shared library with no Python
+API, loaded here with ctypes, which releases the GIL for the call, so the guard's threads
+each sum a range of rows at once. Where it was not built (no compiler at install time) or
+cannot be loaded, LIB is None and sums.py's torch kernels run instead; they also serve every
+accelerator. Both compute reference.py's numbers (tests/guard/test_kernel.py holds them to
+it and to each other).
+"""
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+
+import torch
+
+from . import pool
+from .reference import MIX_SHIFT, R
+
+__all__ = ["LIB", "usable", "sums_dense", "sums_flat"]
+
+# Words per call when a field is spread over threads: large enough that the call's fixed
+# cost (a few microseconds through ctypes) is noise, small enough that two threads share a
+# 25 MB field evenly.
+PIECE_WORDS = 1 << 20
+_I64, _PTR, _U32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_uint32
+
+
+def _load():
+    try:
+        spec = importlib.util.find_spec(f"{__package__}._rowsums")
+        if spec is None or not spec.origin:
+            return None
+        lib = ctypes.CDLL(spec.origin)
+        lib.dpobs_sums_flat.argtypes = [_PTR, _PTR, _I64, _I64, _U32, _U32, _PTR]
+        lib.dpobs_sums_dense.argtypes = [_PTR, _I64, _I64, _I64, _I64, _U32, _U32, _PTR]
+        lib.dpobs_sums_flat.restype = lib.dpobs_sums_dense.restype = None
+        return lib
+    except (ImportError, OSError, AttributeError, ValueError):
+        return None
+
+
+LIB = _load()
+
+
+def usable(words: torch.Tensor) -> bool:
+    """Can the one-pass kernel read this word buffer (a CPU int32 tensor, rows contiguous)?"""
+    return (LIB is not None and words.device.type == "cpu" and words.dtype == torch.int32
+            and (words.dim() == 1 and words.is_contiguous()
+                 or words.dim() == 2 and words.stride(1) == 1))
+
+
+def _spread(call, ranges: list[tuple[int, int]]) -> None:
+    """call(r0, r1) for every row range, over the caller's threads (pool.spread)."""
+    if len(ranges) == 1:
+        call(*ranges[0])
+    else:
+        pool.spread(lambda rr: call(*rr), ranges)
+
+
+def sums_dense(words: torch.Tensor) -> torch.Tensor:
+    """A for every row of an (N, m) int32 word matrix whose rows are contiguous."""
+    n, m = words.shape
+    out = torch.empty(n, dtype=torch.int32)
+    if n == 0:
+        return out
+    if m == 0:
+        return out.zero_()
+    base, stride, dst = words.data_ptr(), words.stride(0), out.data_ptr()
+
+    def call(r0: int, r1: int) -> None:
+        LIB.dpobs_sums_dense(base, stride, m, r0, r1, R, MIX_SHIFT, dst + 4 * r0)
+
+    per = max(1, PIECE_WORDS // m)
+    _spread(call, [(r, min(n, r + per)) for r in range(0, n, per)])
+    return out
+
+
+def sums_flat(words: torch.Tensor, woff: torch.Tensor) -> torch.Tensor:
+    """A for every row of a flat int32 word buffer; row r is words[woff[r]:woff[r+1]]."""
+    n = woff.numel() - 1
+    out = torch.empty(max(n, 0), dtype=torch.int32)
+    if n <= 0:
+        return out
+    woff = woff.to(device="cpu", dtype=torch.int64).contiguous()
+    if int(woff[0]) < 0 or int(woff[-1]) > words.numel() or bool((woff[1:] < woff[:-1]).any()):
+        raise ValueError("row offsets outside the word buffer or out of order")
+    base, offs, dst = words.data_ptr(), woff.data_ptr(), out.data_ptr()
+
+    def call(r0: int, r1: int) -> None:
+        LIB.dpobs_sums_flat(base, offs, r0, r1, R, MIX_SHIFT, dst + 4 * r0)
+
+    _spread(call, _flat_ranges(woff, n))
+    return out
+
+
+def _flat_ranges(woff: torch.Tensor, n: int) -> list[tuple[int, int]]:
+    """Row ranges of about PIECE_WORDS words each (a row longer than that is one range)."""
+    first, total = int(woff[0]), int(woff[-1]) - int(woff[0])
+    if total <= PIECE_WORDS or n == 1:
+        return [(0, n)]
+    targets = torch.arange(1, -(-total // PIECE_WORDS), dtype=torch.int64) * PIECE_WORDS + first
+    cuts = sorted({0, n, *(min(n, c) for c in torch.searchsorted(woff, targets).tolist())})
+    return list(zip(cuts[:-1], cuts[1:]))
