@@ -78,14 +78,21 @@ static uint32_t powers(uint32_t r, uint32_t *pw)
     return p;
 }
 
-/* Rows [offs[i], offs[i+1]) of `words`, for i in [r0, r1): out[i - r0]. */
-CLONES void dpobs_sums_flat(const uint32_t *words, const int64_t *offs, int64_t r0, int64_t r1,
-                            uint32_t r, uint32_t shift, uint32_t *out)
+/* Rows [offs[i], offs[i+1]) of `words` (n_words long), for i in [r0, r1): out[i - r0].
+   Returns -1, having read nothing, when an offset lies outside the buffer or goes back. */
+CLONES int dpobs_sums_flat(const uint32_t *words, int64_t n_words, const int64_t *offs,
+                           int64_t r0, int64_t r1, uint32_t r, uint32_t shift, uint32_t *out)
 {
+    if (offs[r0] < 0 || offs[r1] > n_words)
+        return -1;
+    for (int64_t i = r0; i < r1; i++)
+        if (offs[i + 1] < offs[i])
+            return -1;
     uint32_t pw[WIDE];
     uint32_t r_wide = powers(r, pw);
     for (int64_t i = r0; i < r1; i++)
         out[i - r0] = row_sum(words + offs[i], offs[i + 1] - offs[i], pw, r_wide, r, shift);
+    return 0;
 }
 
 /* Rows of m words starting every `stride` words, for rows [r0, r1): out[i - r0]. */
@@ -96,4 +103,17 @@ CLONES void dpobs_sums_dense(const uint32_t *words, int64_t stride, int64_t m, i
     uint32_t r_wide = powers(r, pw);
     for (int64_t i = r0; i < r1; i++)
         out[i - r0] = row_sum(words + i * stride, m, pw, r_wide, r, shift);
+}
+
+/* The digests of n rows from their sums (reference.py): (A + (I xor (F + L*G))) mod 2^32,
+   as int64 in [0, 2^32). `lead` holds each row's leading length, or is NULL when every row
+   has lead_all. */
+void dpobs_finish(const uint32_t *acc, const int64_t *ids, const int64_t *lead, int64_t lead_all,
+                  uint32_t f, uint32_t g, int64_t n, int64_t *out)
+{
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t l = (uint32_t)(lead != NULL ? lead[i] : lead_all);
+        uint32_t salt = (uint32_t)ids[i] ^ (f + l * g);
+        out[i] = (int64_t)(uint32_t)(acc[i] + salt);
+    }
 }

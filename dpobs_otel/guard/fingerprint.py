@@ -18,6 +18,7 @@ from typing import Sequence
 import torch
 
 from .. import nested
+from . import kernel
 from .reference import G, M32, field_salt, id_salt_prefix
 from .sums import sums_dense, sums_flat
 
@@ -143,6 +144,9 @@ def _finish(acc: torch.Tensor, field: str, dtype, row_shape, lead, ids: torch.Te
     change to the words or to the leading length always moves the digest; for fixed words,
     a different id salt always moves it (xor with I is a bijection)."""
     f = field_salt(field, dtype, row_shape)
+    done = kernel.finish(acc, ids, lead, f)
+    if done is not None:
+        return done
     acc = acc.to(torch.int64)  # signed: the final mask makes (A + S) mod 2^32 all the same
     ids = ids.to(acc.device)
     if isinstance(lead, torch.Tensor):
@@ -173,23 +177,28 @@ def _uniform_dense(nt: torch.Tensor) -> torch.Tensor | None:
     return values[start:start + n * length].reshape(n, length, *values.shape[1:])
 
 
-def _nested_digests(value: torch.Tensor, field: str, ids: torch.Tensor) -> torch.Tensor:
-    if value.layout == torch.jagged:
-        dense = _uniform_dense(value)
-        if dense is not None:
-            return field_digests(dense, field, ids)
-        words, woff, lead, inner = _jagged_words(value)
-    elif value.layout == torch.strided:
-        rows = value.unbind()
-        inner = tuple(rows[0].shape[1:]) if rows else ()
-        if rows and any(tuple(r.shape[1:]) != inner or r.dim() == 0 for r in rows):
-            raise UnsupportedField("unsupported_layout")
-        lead = torch.tensor([r.shape[0] for r in rows], dtype=torch.int64, device=value.device)
-        words, woff = _words_of_rows(rows, value.device)
-    else:
+def _jagged_digests(value: torch.Tensor, field: str, ids: torch.Tensor) -> torch.Tensor:
+    values = nested.values(value)  # its attributes, not the nested tensor's (nested.is_jagged)
+    if values.is_quantized or values.device.type == "meta":
         raise UnsupportedField("unsupported_layout")
-    row_shape = (0,) + inner  # the leading length enters per row through `lead`
-    return _finish(sums_flat(words, woff), field, value.dtype, row_shape, lead, ids)
+    dense = _uniform_dense(value)
+    if dense is not None:
+        return field_digests(dense, field, ids)
+    words, woff, lead, inner = _jagged_words(value)
+    return _finish(sums_flat(words, woff), field, values.dtype, (0,) + inner, lead, ids)
+
+
+def _strided_nested_digests(value: torch.Tensor, field: str, ids: torch.Tensor) -> torch.Tensor:
+    if value.layout != torch.strided:
+        raise UnsupportedField("unsupported_layout")
+    rows = value.unbind()
+    inner = tuple(rows[0].shape[1:]) if rows else ()
+    if rows and any(tuple(r.shape[1:]) != inner or r.dim() == 0 for r in rows):
+        raise UnsupportedField("unsupported_layout")
+    lead = torch.tensor([r.shape[0] for r in rows], dtype=torch.int64, device=value.device)
+    words, woff = _words_of_rows(rows, value.device)
+    # the leading length enters per row through `lead`
+    return _finish(sums_flat(words, woff), field, value.dtype, (0,) + inner, lead, ids)
 
 
 def field_digests(value: torch.Tensor, field: str, ids: torch.Tensor) -> torch.Tensor:
@@ -200,10 +209,12 @@ def field_digests(value: torch.Tensor, field: str, ids: torch.Tensor) -> torch.T
     """
     if not isinstance(value, torch.Tensor):
         raise UnsupportedField("non_tensor")
+    if nested.is_jagged(value):
+        return _jagged_digests(value, field, ids)
     if value.is_quantized or value.device.type == "meta":
         raise UnsupportedField("unsupported_layout")
     if value.is_nested:
-        return _nested_digests(value, field, ids)
+        return _strided_nested_digests(value, field, ids)
     if value.layout != torch.strided:
         raise UnsupportedField("unsupported_layout")
     if value.dim() == 0:

@@ -170,7 +170,7 @@ class WireGuard:
     def _record(self, path, value, salts, n):
         """The digest column for one leaf: its digests, or a sentinel column (so a select of
         this field still finds a column; the reader counts these rows unverified)."""
-        device = value.device if isinstance(value, torch.Tensor) else None
+        device = nested.device(value) if isinstance(value, torch.Tensor) else None
         if is_non_tensor(value) or device is None:
             self._skip("non_tensor")
             return torch.full((n,), NONTENSOR_SENTINEL, dtype=torch.int64)
@@ -256,7 +256,7 @@ class WireGuard:
         field = label(path)
         n = stored.shape[0]
         try:
-            computed = field_digests(value, field, salts.on(value.device))
+            computed = field_digests(value, field, salts.on(nested.device(value)))
         except UnsupportedField as u:
             self._skip(u.reason)
             self.counts.add("unverified", field, n)
@@ -319,7 +319,7 @@ def _spread(fn, items: list, salts: _Salts) -> list:
     when every tensor is on the CPU; in order on this thread otherwise, so that accelerator
     work stays on the caller's current stream."""
     values = [item[1] for item in items]
-    if len(items) < 2 or not all(v.device.type == "cpu" for v in values
+    if len(items) < 2 or not all(nested.device(v).type == "cpu" for v in values
                                  if isinstance(v, torch.Tensor)):
         return [fn(x) for x in items]
     sizes = [_nbytes(v) for v in values]
@@ -337,7 +337,7 @@ def _spread(fn, items: list, salts: _Salts) -> list:
 def _nbytes(value) -> int:
     """A leaf's size, for the order only (0 for anything unusual: never raises)."""
     try:
-        if value.is_nested:
+        if nested.is_jagged(value):
             return nested.values(value).nbytes
         return value.nbytes
     except Exception:

@@ -15,9 +15,9 @@ import importlib.util
 import torch
 
 from . import pool
-from .reference import MIX_SHIFT, R
+from .reference import MIX_SHIFT, G, R
 
-__all__ = ["LIB", "usable", "sums_dense", "sums_flat"]
+__all__ = ["LIB", "usable", "sums_dense", "sums_flat", "finish"]
 
 # Words per call when a field is spread over threads: large enough that the call's fixed
 # cost (a few microseconds through ctypes) is noise, small enough that two threads share a
@@ -32,9 +32,11 @@ def _load():
         if spec is None or not spec.origin:
             return None
         lib = ctypes.CDLL(spec.origin)
-        lib.dpobs_sums_flat.argtypes = [_PTR, _PTR, _I64, _I64, _U32, _U32, _PTR]
+        lib.dpobs_sums_flat.argtypes = [_PTR, _I64, _PTR, _I64, _I64, _U32, _U32, _PTR]
         lib.dpobs_sums_dense.argtypes = [_PTR, _I64, _I64, _I64, _I64, _U32, _U32, _PTR]
-        lib.dpobs_sums_flat.restype = lib.dpobs_sums_dense.restype = None
+        lib.dpobs_finish.argtypes = [_PTR, _PTR, _PTR, _I64, _U32, _U32, _I64, _PTR]
+        lib.dpobs_sums_flat.restype = ctypes.c_int
+        lib.dpobs_sums_dense.restype = lib.dpobs_finish.restype = None
         return lib
     except (ImportError, OSError, AttributeError, ValueError):
         return None
@@ -77,28 +79,49 @@ def sums_dense(words: torch.Tensor) -> torch.Tensor:
 
 
 def sums_flat(words: torch.Tensor, woff: torch.Tensor) -> torch.Tensor:
-    """A for every row of a flat int32 word buffer; row r is words[woff[r]:woff[r+1]]."""
+    """A for every row of a flat int32 word buffer; row r is words[woff[r]:woff[r+1]].
+    Offsets outside the buffer, or going back, raise ValueError (the kernel checks them
+    before it reads a word)."""
     n = woff.numel() - 1
     out = torch.empty(max(n, 0), dtype=torch.int32)
     if n <= 0:
         return out
     woff = woff.to(device="cpu", dtype=torch.int64).contiguous()
-    if int(woff[0]) < 0 or int(woff[-1]) > words.numel() or bool((woff[1:] < woff[:-1]).any()):
-        raise ValueError("row offsets outside the word buffer or out of order")
-    base, offs, dst = words.data_ptr(), woff.data_ptr(), out.data_ptr()
+    base, size, offs, dst = words.data_ptr(), words.numel(), woff.data_ptr(), out.data_ptr()
 
     def call(r0: int, r1: int) -> None:
-        LIB.dpobs_sums_flat(base, offs, r0, r1, R, MIX_SHIFT, dst + 4 * r0)
+        if LIB.dpobs_sums_flat(base, size, offs, r0, r1, R, MIX_SHIFT, dst + 4 * r0):
+            raise ValueError("row offsets outside the word buffer or out of order")
 
-    _spread(call, _flat_ranges(woff, n))
+    one = size <= PIECE_WORDS or n == 1
+    _spread(call, [(0, n)] if one else _flat_ranges(woff, n))
     return out
 
 
 def _flat_ranges(woff: torch.Tensor, n: int) -> list[tuple[int, int]]:
     """Row ranges of about PIECE_WORDS words each (a row longer than that is one range)."""
     first, total = int(woff[0]), int(woff[-1]) - int(woff[0])
-    if total <= PIECE_WORDS or n == 1:
+    if total <= PIECE_WORDS:
         return [(0, n)]
     targets = torch.arange(1, -(-total // PIECE_WORDS), dtype=torch.int64) * PIECE_WORDS + first
     cuts = sorted({0, n, *(min(n, c) for c in torch.searchsorted(woff, targets).tolist())})
     return list(zip(cuts[:-1], cuts[1:]))
+
+
+def finish(acc: torch.Tensor, ids: torch.Tensor, lead, f: int) -> torch.Tensor | None:
+    """fingerprint._finish in one loop: the (N,) int64 digests from a field's sums (`acc`,
+    int32), its rows' id salts (int64) and leading lengths (an int64 tensor, or one int for
+    every row) and its salt F; None where the loop cannot read them (the torch ops then)."""
+    per_row = isinstance(lead, torch.Tensor)
+    if not (usable(acc) and acc.dim() == 1 and _cpu_int64(ids, acc.numel())
+            and (not per_row or _cpu_int64(lead, acc.numel()))):
+        return None
+    out = torch.empty(acc.numel(), dtype=torch.int64)
+    LIB.dpobs_finish(acc.data_ptr(), ids.data_ptr(), lead.data_ptr() if per_row else None,
+                     0 if per_row else int(lead), f, G, acc.numel(), out.data_ptr())
+    return out
+
+
+def _cpu_int64(t: torch.Tensor, n: int) -> bool:
+    return (t.device.type == "cpu" and t.dtype == torch.int64 and t.dim() == 1
+            and t.numel() == n and t.is_contiguous())

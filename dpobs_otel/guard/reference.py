@@ -30,6 +30,7 @@ the tests hold it to this function on every dtype and layout.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import struct
 import zlib
@@ -58,7 +59,8 @@ def h32(*parts: str) -> int:
     return int.from_bytes(hashlib.blake2b(data, digest_size=4).digest(), "little")
 
 
-def field_salt(field: str, dtype: torch.dtype, row_shape: Sequence[int]) -> int:
+@functools.lru_cache(maxsize=4096)  # a put's fields repeat call after call
+def field_salt(field: str, dtype: torch.dtype, row_shape: tuple[int, ...]) -> int:
     """F: what the row is (field, dtype, rank, shape past the leading dim)."""
     inner = ",".join(str(int(d)) for d in row_shape[1:])
     return h32(f"dpobs-fp-v{VERSION}", field, str(dtype), str(len(row_shape)), inner)

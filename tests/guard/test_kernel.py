@@ -62,8 +62,8 @@ def test_a_field_spread_over_threads_equals_one_call(monkeypatch):
 
     class Counting:  # the library's two entry points, each call's row range seen
         def dpobs_sums_flat(self, *a):
-            calls.append(("flat", a[2], a[3]))
-            real.dpobs_sums_flat(*a)
+            calls.append(("flat", a[3], a[4]))
+            return real.dpobs_sums_flat(*a)
 
         def dpobs_sums_dense(self, *a):
             calls.append(("dense", a[3], a[4]))
@@ -85,11 +85,14 @@ def test_a_field_spread_over_threads_equals_one_call(monkeypatch):
         assert ranges[0][0] == 0 and ranges[-1][1] == 400
 
 
-def test_offsets_outside_the_buffer_are_refused_not_read():
+def test_offsets_outside_the_buffer_are_refused_not_read(monkeypatch):
     w = words(10, 6)
     for bad in ([0, 11], [-1, 4], [0, 6, 4]):
         with pytest.raises(ValueError, match="offsets"):
             kernel.sums_flat(w, torch.tensor(bad))
+    monkeypatch.setattr(kernel, "PIECE_WORDS", 4)  # spread: each range checks its own rows
+    with pytest.raises(ValueError, match="offsets"):
+        kernel.sums_flat(words(64, 6), torch.tensor([0, 8, 16, 24, 32, 40, 48, 56, 65]))
 
 
 def test_what_it_cannot_read_goes_to_the_torch_kernels():
