@@ -51,3 +51,13 @@ def test_ragged_dim_is_one_for_the_rows_by_length_layout():
     assert nested.ragged_dim(nt) == 1
     assert nested.ragged_dim(nt.transpose(1, 2)) == 2
     assert not nested.tiles_values(nt.transpose(1, 2))
+
+
+def test_is_jagged_and_device_tell_a_jagged_tensor_by_its_type():
+    nt, _ = _jagged([2, 3])
+    strided = torch.nested.nested_tensor([torch.zeros(2), torch.zeros(3)])
+    assert nested.is_jagged(nt) and nt.layout == torch.jagged
+    assert not nested.is_jagged(strided) and strided.is_nested
+    assert not nested.is_jagged(torch.zeros(2, 3)) and not nested.is_jagged([1, 2])
+    assert nested.device(nt) == nt.device == nested.values(nt).device
+    assert nested.device(torch.zeros(1, device="meta")).type == "meta"

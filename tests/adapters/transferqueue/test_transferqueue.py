@@ -199,6 +199,42 @@ def test_async_api_exposes_the_awaiting_task_not_the_worker_thread(cluster, make
         assert m["dpobs/exposed_frac"] < 0.02
 
 
+@pytest.mark.parametrize("runner", [True, False], ids=["one-hand-off", "sync-calls"])
+def test_a_guarded_put_runs_its_steps_on_the_clients_loop_or_through_its_sync_calls(
+        cluster, make_tel, monkeypatch, runner):
+    """put_with_digests hands its three steps to the client's loop at once where the client
+    has TransferQueue's runner, else makes the client's sync calls: the same rows, digests
+    and counts either way."""
+    import transfer_queue
+
+    real, used = transfer_queue.get_client, []
+
+    class Client:  # the client, each use of its runner or sync lookup seen
+        def __init__(self, inner):
+            self._inner = inner
+
+        def __getattr__(self, name):
+            if name == "_run_coroutine" and not runner:
+                raise AttributeError(name)
+            if name in ("_run_coroutine", "kv_retrieve_meta"):
+                used.append(name)
+            return getattr(self._inner, name)
+
+    monkeypatch.setattr(transfer_queue, "get_client", lambda: Client(real()))
+    tel = make_tel(True)
+    q = dtq.instrument(tel)
+    pid, ids, td = f"hand-off-{runner}", ["h0", "h1", "h2", "h3"], batch(4, 7).exclude("text")
+    meta = call(q.kv_batch_put, ids, pid, td, timeout_s=T)
+    assert used == (["_run_coroutine"] if runner else ["kv_retrieve_meta"])
+    got = call(q.kv_batch_get, ids, pid, ["tok", "score"], timeout_s=T)
+    assert list(meta.keys) == ids and not any(meta.tags)  # the digests never reach the caller
+    assert rows_of(got["tok"]) == rows_of(td["tok"])
+    s = scrape(tel)
+    assert value(s, "dpobs_guard_rows_checked_total", field="tok") == 4
+    assert value(s, "dpobs_guard_rows_mismatched_total", field="tok") == 0
+    call(q.kv_clear, ids, pid, timeout_s=T)
+
+
 # -- 2. missing rows and fields -----------------------------------------------------------
 def test_short_read_counts_missing_row_and_keeps_attribution(cluster, make_tel, caplog):
     tel = make_tel(True)
