@@ -13,9 +13,9 @@ own partition.
 Prints, per run, medians in ms and each client's median as a ratio of the bare one; with
 --runs R, the median of the R runs' ratios and their spread (min-max). Not asserted.
 
---alternatives adds two bare arms that price the other ways digests could travel: one extra
-int64 (N, 4) column per write ("1 column"), and per-row tags read back by a kv_list after
-each get ("tags+kv_list"). dpobs+guard carries them in tags read with the rows' metadata;
+--alternatives adds three bare arms that price the ways digests could travel: one extra
+int64 (N, 4) column per write ("1 column"), per-row tags read back by a kv_list after
+each get ("tags+kv_list"), and the guard's own tag entry per row ("digest tags"). dpobs+guard carries them in tags read with the rows' metadata;
 "dpobs+guard -fp" is that arm's time minus the guard hooks' own (fingerprint) time; on put
 the fingerprint runs beside TransferQueue's row lookup (protocol.OverlapsGuard), so there
 "-fp" subtracts time that was partly hidden and is a lower bound of the carrying cost.
@@ -37,6 +37,7 @@ from progress import Progress  # benchmarks/progress.py: the script's folder is 
 
 import dpobs_otel as dpobs
 import dpobs_otel.adapters.transferqueue as dtq
+from dpobs_otel.guard import DIGEST_PREFIX
 from dpobs_otel.testing.transferqueue import start, stop
 
 
@@ -81,6 +82,10 @@ def make_arms(tq, td, keys, select, tels, alternatives: bool) -> dict:
         tags = [{f"__d:{f}": int(d) for f, d in zip(select, row)} for row in digests.tolist()]
         arms["1 column"] = kv(tq, extra=digests)
         arms["tags+kv_list"] = kv(tq, tags=tags, listing=True)
+        # The guard's own carriage without the guard: one bytes entry per row, laid out as
+        # adapters/transferqueue/digests.py lays it (what carrying the digests costs bare).
+        entry = DIGEST_PREFIX + ",".join(select)
+        arms["digest tags"] = kv(tq, tags=[{entry: row.numpy().tobytes()} for row in digests])
     return arms
 
 
