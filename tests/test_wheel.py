@@ -92,3 +92,10 @@ def test_the_auto_switch_ships_in_the_wheel(installed):
     env = {k: v for k, v in os.environ.items() if not k.startswith("DPOBS_")}
     assert _run([py, "-c", probe], cwd=work, env={**env, "DPOBS_AUTO": "1"}).strip() == "True"
     assert _run([py, "-c", probe], cwd=work, env=env).strip() == "False"
+
+
+def test_the_guards_c_kernel_ships_in_the_wheel(installed):
+    venv, work = installed
+    probe = ("from dpobs_otel.guard import kernel; import torch; "
+             "print(kernel.LIB is not None and kernel.usable(torch.zeros(4, dtype=torch.int32)))")
+    assert _run([str(venv / "bin" / "python"), "-c", probe], cwd=work).strip() == "True"
