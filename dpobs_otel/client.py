@@ -61,9 +61,10 @@ class InstrumentedClient(AwaitedOps, Reconciling):
                 kwargs["pending_fields"] = pending
             else:
                 stored = pending.result()
+        put = self._inner.put_samples  # looked up outside the interval, as _call's fn is
         step, t1 = self._cp.start()
         try:
-            result = self._inner.put_samples(sample_ids, partition_id, stored, tags, **kwargs)
+            result = put(sample_ids, partition_id, stored, tags, **kwargs)
         except BaseException as exc:
             self.failed_call("put", exc, t1, step)
             raise
@@ -117,9 +118,10 @@ class InstrumentedClient(AwaitedOps, Reconciling):
         return self._call("get_data", self._inner.get_data, args, kwargs, read_result=True)
 
     def clear_samples(self, sample_ids, partition_id, **kwargs):
+        clear = self._inner.clear_samples  # looked up outside the interval, as _call's fn is
         step, t1 = self._cp.start()
         try:
-            result = self._inner.clear_samples(sample_ids, partition_id, **kwargs)
+            result = clear(sample_ids, partition_id, **kwargs)
         except BaseException as exc:
             self.failed_call("clear", exc, t1, step)
             raise
