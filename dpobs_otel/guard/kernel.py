@@ -1,4 +1,4 @@
-"""The fingerprint's weighted sums in one pass over memory (_rowsums.c), for CPU tensors.
+"""The fingerprint's sums and digests in one pass over memory (_rowsums.c), for CPU tensors.
 
 setup.py builds _rowsums.c as an optional extension: a plain shared library with no Python
 API, loaded here with ctypes, which releases the GIL for the call, so the guard's threads
