@@ -84,26 +84,23 @@ class CriticalPath:
     def begin(self, t1: float) -> Step | None:
         """An op's measured interval starts at t1. Returns the step it exposes (the caller
         is that step's own thread or task) or None; hand it and t1 to end()."""
-        step = self._own_step()
-        self._in_flight(t1)
-        if step is not None:
-            step.enter(t1)
-        return step
+        return self._begin(t1)[0]
 
     def start(self) -> tuple[Step | None, float]:
         """begin() at a clock it reads itself once it holds the lock: (step, t1). What begin
         waited for (the lock, the GIL behind it) and the step lookup stay outside the op's
         measured interval, which is the store call's (in the demo, begin(perf_counter())
         put 11 us per op, and up to 0.9 ms under load, inside the op's duration)."""
-        step = self._own_step()
-        t1 = self._in_flight(None)
+        return self._begin(None)
+
+    def _begin(self, t1: float | None) -> tuple[Step | None, float]:
+        step = _STEP.get()
+        if step is not None and not step.owns(self):
+            step = None
+        t1 = self._in_flight(t1)
         if step is not None:
             step.enter(t1)
         return step, t1
-
-    def _own_step(self) -> Step | None:
-        step = _STEP.get()
-        return step if step is not None and step.owns(self) else None
 
     def end(self, step: Step | None, t1: float, t2: float) -> None:
         lock = self.lock

@@ -99,10 +99,9 @@ def sums_flat(words: torch.Tensor, woff: torch.Tensor) -> torch.Tensor:
 
 
 def _flat_ranges(woff: torch.Tensor, n: int) -> list[tuple[int, int]]:
-    """Row ranges of about PIECE_WORDS words each (a row longer than that is one range)."""
+    """Row ranges of about PIECE_WORDS words each (a row longer than that is one range;
+    rows spanning no more than that, one range)."""
     first, total = int(woff[0]), int(woff[-1]) - int(woff[0])
-    if total <= PIECE_WORDS:
-        return [(0, n)]
     targets = torch.arange(1, -(-total // PIECE_WORDS), dtype=torch.int64) * PIECE_WORDS + first
     cuts = sorted({0, n, *(min(n, c) for c in torch.searchsorted(woff, targets).tolist())})
     return list(zip(cuts[:-1], cuts[1:]))
