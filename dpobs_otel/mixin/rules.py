@@ -40,8 +40,12 @@ def _time_rules(c: Config) -> list[Rule]:
     rec = [Rule({"record": n.JOB_ROLE_OP_SECONDS,
                  "expr": _rate(c, f"{OP}_sum", "job", "role", "op")},
                 "Data-plane seconds spent per second of wall time (includes failed calls).")]
-    rec += [Rule({"record": n.JOB_OP_SECONDS, "expr": _rate(c, f"{OP}_sum", "job", "op")}),
-            Rule({"record": n.JOB_SECONDS, "expr": _rate(c, f"{OP}_sum", "job")}),
+    # Each coarser sum is taken over the finer record, not over the raw series again: a
+    # scrape committed between two rules of one evaluation moved a second rate() of the same
+    # counters, and the ops' shares then summed to 1.0105 (dpobs compare, TransferQueue).
+    rec += [Rule({"record": n.JOB_OP_SECONDS,
+                  "expr": f"sum {c.by('job', 'op')} ({n.JOB_ROLE_OP_SECONDS})"}),
+            Rule({"record": n.JOB_SECONDS, "expr": f"sum {c.by('job')} ({n.JOB_OP_SECONDS})"}),
             Rule({"record": n.JOB_STEP_SECONDS, "expr": _rate(c, f"{STEP}_sum", "job")})]
     return rec
 

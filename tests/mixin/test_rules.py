@@ -93,6 +93,18 @@ def test_rules_tested_live_are_the_native_ones_and_the_live_test_checks_each():
         assert f"n.{const}" in inspect.getsource(live), (record, test)
 
 
+def test_the_coarser_time_sums_read_the_finer_record_of_the_same_evaluation():
+    """A scrape can commit between two rules of one evaluation, so two rate()s of the same
+    counters may differ; summing the finer record instead makes the ops' shares add up to 1
+    whatever lands in between (compare saw 1.0105 when each sum took its own rate)."""
+    order = [r.get("record") for r in rules(RECORDING)]
+    chain = [names.JOB_ROLE_OP_SECONDS, names.JOB_OP_SECONDS, names.JOB_SECONDS]
+    exprs = {r["record"]: r["expr"] for r in rules(RECORDING) if r.get("record") in chain}
+    for finer, coarser in zip(chain, chain[1:]):
+        assert order.index(finer) < order.index(coarser), coarser  # this cycle's value
+        assert finer in exprs[coarser] and "rate(" not in exprs[coarser], exprs[coarser]
+
+
 def test_classic_quantiles_knob():
     from dpobs_otel.mixin.rules import recording_groups
     def records(c):
