@@ -24,9 +24,8 @@ import time
 
 from ..names import (INSTANCE_FRAC_OF_STEP, INSTR_TIME_SERIES, JOB_BUSY_FRAC_OF_STEP,
                      JOB_EXPOSED_FRAC_OF_STEP, JOB_FRAC_OF_STEP, JOB_MAX_EXPOSED_FRAC_OF_STEP,
-                     JOB_OP_DIRECTION_BYTES, JOB_OP_MEAN, JOB_OP_NATIVE_QUANTILE,
-                     JOB_OP_QUANTILE, JOB_OP_RATE,
-                     JOB_OP_SHARE, JOB_OVERHEAD_RATIO, OP_DURATION_SERIES)
+                     JOB_OP_MEAN, JOB_OP_NATIVE_QUANTILE, JOB_OP_QUANTILE, JOB_OP_SHARE,
+                     JOB_OVERHEAD_RATIO, OP_DURATION_SERIES, TRANSFERRED_SERIES)
 from .backends import BACKENDS, available
 from .batches import Config
 from .logs import BackendLog, log_dir
@@ -98,8 +97,7 @@ def measure(stack: Stack, cfg: Config, err=None) -> dict:
                 "mean ms": (1e3 * one(f"{JOB_OP_MEAN}{sel}"), 1e3 * d.total / len(d)),
                 "p50 ms": (_q(one, sel, "0.5"), 1e3 * quantile(d, 0.5)),
                 "p99 ms": (_q(one, sel, "0.99"), 1e3 * quantile(d, 0.99)),
-                "bytes/call": (one(f"sum by (job, op) ({JOB_OP_DIRECTION_BYTES}{sel})"
-                                   f" / {JOB_OP_RATE}{sel}"), nbytes / len(d)),
+                "bytes/call": (one(_per_call(TRANSFERRED_SERIES, sel)), nbytes / len(d)),
                 "share": (one(f"{JOB_OP_SHARE}{sel}"), shares.get(op, 0.0)),
             }
         roles, whole = {}, {"share": op_shares(counted), "roles": {}}
@@ -127,6 +125,16 @@ def measure(stack: Stack, cfg: Config, err=None) -> dict:
     return {"ops": ops, "roles": roles, "frac": overall, "critical": critical,
             "own": own, "guard": guard, "quantiles": _source(one, job),
             "with_warmup": whole, "samples": samples, "share_sum": share_sum}
+
+
+def _per_call(series: str, sel: str) -> str:
+    """A counter's rate over the op rate, both in one query. Dividing the two recorded rules
+    let a scrape committed between their evaluations move one rate and not the other (with
+    the processes idle, a new sample still moves rate()'s extrapolation): bytes per call came
+    out 30/31 of the truth once (59,006 for 60,973). One query reads one set of samples, and
+    a process's two counters share their scrapes, so the ratio is the counters' own."""
+    return (f"sum by (job, op) (rate({series}{sel}[5m]))\n"
+            f"  / sum by (job, op) (rate({OP_DURATION_SERIES}_count{sel}[5m]))")
 
 
 def _settle(stack: Stack, job: str, timeout: float = 120) -> float:

@@ -39,8 +39,11 @@ def test_counts_and_volumes_equal_the_truth(results):
             rules, truth = cells["calls"]
             assert rules == truth, (name, op)
             rules, truth = cells["bytes/call"]
-            if truth:  # per-call bytes over the rule's window, which may hold the warm-up
-                assert rules == pytest.approx(truth, rel=0.02), (name, op)
+            # Per-call bytes: the two rates of one query share each process's extrapolation
+            # (compare._per_call), and every step's calls carry the same bytes, so only the
+            # weighting of the two trainers' rates is left (4e-5 seen on get).
+            if truth:
+                assert rules == pytest.approx(truth, rel=1e-3), (name, op)
             else:
                 assert math.isnan(rules), (name, op)
 
