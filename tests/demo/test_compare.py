@@ -40,10 +40,11 @@ def test_counts_and_volumes_equal_the_truth(results):
             assert rules == truth, (name, op)
             rules, truth = cells["bytes/call"]
             # Per-call bytes: the two rates of one query share each process's extrapolation
-            # (compare._per_call), and every step's calls carry the same bytes, so only the
-            # weighting of the two trainers' rates is left (4e-5 seen on get).
+            # (compare._per_call), so what is left is how the trainers' rates weight their
+            # own bytes per call, which differ: 4e-5 and 1.7e-3 seen on get. A rule read
+            # between scrapes was 1/31 off.
             if truth:
-                assert rules == pytest.approx(truth, rel=1e-3), (name, op)
+                assert rules == pytest.approx(truth, rel=0.01), (name, op)
             else:
                 assert math.isnan(rules), (name, op)
 
