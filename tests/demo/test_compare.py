@@ -40,7 +40,7 @@ def test_counts_and_volumes_equal_the_truth(results):
             assert rules == truth, (name, op)
             rules, truth = cells["bytes/call"]
             # Per-call bytes: the two rates of one query share each process's extrapolation
-            # (compare._per_call), so what is left is how the trainers' rates weight their
+            # (compare._bytes_per_call), so what is left is how the trainers' rates weight their
             # own bytes per call, which differ: 4e-5 and 1.7e-3 seen on get. A rule read
             # between scrapes was 1/31 off.
             if truth:

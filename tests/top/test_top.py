@@ -243,7 +243,7 @@ def test_an_endpoint_that_never_answers_is_down_and_does_not_hold_up_the_view(cl
 
 
 def test_dpobs_top_once_prints_a_frame_from_the_file_sd_directory(cluster):
-    done, cycles, steps = threading.Event(), [], {"rollout": [], "trainer": []}
+    done, cycles, steps = threading.Event(), [], {role: [] for role in Clock().steps}
 
     def work():  # steps keep coming while top takes its two scrapes
         i = 0
