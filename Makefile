@@ -11,18 +11,23 @@ WHEEL_EXTRAS := dashboards,instrument,top
 
 .PHONY: demo test install dashboards kubernetes bench clean
 
-$(STAMP): pyproject.toml setup.py dpobs_otel/guard/_rowsums.c
+# pyproject.toml declares ranges; the suite runs the one point of them in SUITE_PINS.
+SUITE_PINS := constraints/suite.txt
+
+$(STAMP): pyproject.toml setup.py dpobs_otel/guard/_rowsums.c $(SUITE_PINS)
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# torch first and pinned: an unpinned resolve pulls a multi-GB CUDA build.
-	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[test,dashboards,transferqueue,mooncake,instrument,top,otlp,timeline]'
+	$(BIN)/pip install -q -c $(SUITE_PINS) torch
+	# Mooncake has no extra (pyproject.toml): the suite installs its non-CUDA build itself.
+	$(BIN)/pip install -q -c $(SUITE_PINS) -e '.[test,dashboards,transferqueue,instrument,top,otlp,timeline]' \
+	  mooncake-transfer-engine-non-cuda
 	# An editable install leaves out the DPOBS_AUTO start-up hook a wheel installs (setup.py).
 	cp dpobs_otel/dpobs-otel-auto.pth "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/"
 	touch $(STAMP)
 
 $(WHEEL_STAMP): pyproject.toml $(STAMP)
-	$(BIN)/pip download -q -d $(WHEELS) torch==2.13.0 '.[$(WHEEL_EXTRAS)]'
+	$(BIN)/pip download -q -c $(SUITE_PINS) -d $(WHEELS) torch '.[$(WHEEL_EXTRAS)]'
 	touch $(WHEEL_STAMP)
 
 install: $(STAMP) $(WHEEL_STAMP)

@@ -2,7 +2,7 @@
 that folder's conftest.py): series names, rows, a store that blinks, the workers that
 spawned processes run (importable there by name: spawn children get the parent's sys.path),
 and the sockets a process listens on. Importing it skips the importing test module when, and
-only when, the mooncake wheel is not installed (`pip install 'dpobs-otel[mooncake]'`, which
+only when, the mooncake wheel is not installed (`pip install mooncake-transfer-engine-non-cuda`, which
 `make` does); an installed wheel that fails to import (e.g. libibverbs1 missing) fails."""
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import torch
 from tensordict import TensorDict
 
 if importlib.util.find_spec("mooncake") is None:
-    pytest.skip("the mooncake wheel is not installed (pip install 'dpobs-otel[mooncake]')",
+    pytest.skip("the mooncake wheel is not installed (pip install mooncake-transfer-engine-non-cuda)",
                 allow_module_level=True)
 
 import mooncake.store  # noqa: E402,F401  an installed wheel must import: no skip past here

@@ -3,4 +3,4 @@ says it: the one version the adapter is written against, which instrumentation_d
 hands the launcher's check and the extra `dpobs-otel[transferqueue]` installs
 (tests/adapters/test_instrumentation.py holds the two in agreement)."""
 
-_instruments = ("transferqueue == 0.1.11",)
+_instruments = ("transferqueue >= 0.1.6, < 0.2",)
