@@ -103,11 +103,20 @@ def test_series_are_what_the_exporter_serves():
     assert served <= _series_samples(), sorted(served - _series_samples())
 
 
+def _contract(category: str) -> tuple[set[str], set[str]]:
+    """(built, all) names of a contract.yml category: names.py holds every built one, and a
+    pending one once its issue defines it."""
+    entries = CONTRACT[category]
+    return {n for n, s in entries.items() if s == "built"}, set(entries)
+
+
 def test_names_hold_the_contracts_series_rules_and_alerts():
-    assert _series_samples() == set(CONTRACT["series"])
     unpinned = {names.JOB_OP_LE_BUCKETS, names.NODE_AGENT_LAST_SAMPLE}
-    assert _constants(RULE) - unpinned == set(CONTRACT["records"])
-    assert _constants(ALERT) == set(CONTRACT["alerts"])
+    for category, held in (("series", _series_samples()),
+                           ("records", _constants(RULE) - unpinned),
+                           ("alerts", _constants(ALERT))):
+        built, listed = _contract(category)
+        assert built <= held <= listed, (category, sorted(built - held), sorted(held - listed))
 
 
 def _groupings(expr: str) -> list[tuple[str, ...]]:
