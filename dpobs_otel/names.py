@@ -154,3 +154,9 @@ OPS = {
 }
 READ_OPS = frozenset({"get", "get_data"})
 CODEC_STAGES = ("pack", "unpack")
+
+
+# -- instrumentation error components ------------------------------------------------------
+# A private name of the OpenTelemetry SDK or exporter not as known (sdk_private.py): that part
+# runs on the public API (the native op-duration family absent, if it is that one).
+OTEL_SDK_COMPONENT = "otel_sdk"

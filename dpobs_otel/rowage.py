@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from . import names
+from .sdk_private import bulk_add, histogram_aggregations
 from .guard.columns import (DIGEST_PREFIX, NONTENSOR_SENTINEL, STAMP, UNRECORDED_SENTINEL,
                             is_tensordict)
 
@@ -218,15 +219,16 @@ class _BulkHistogram:
     value per call; a read of thousands of rows would pay thousands of calls. So the ages are
     bucketed here and added to the SDK's explicit-bucket aggregation for (op) directly, under
     its lock, exactly as that many record() calls would (counts, sum, min, max). That reaches
-    into the SDK's internals (`_sdk_aggregations`, pinned by tests/test_rowage.py); wherever
-    they do not look as expected, it falls back to one record() per row."""
+    into the SDK's internals (sdk_private.histogram_aggregations and bulk_add, pinned by
+    tests/test_rowage.py); wherever they do not look as expected, it falls back to one
+    record() per row."""
 
     def __init__(self, histogram):
         self._h = histogram
         self._bounds = np.array(names.OP_BUCKETS, dtype=np.float64)
         self._attrs: dict[str, dict] = {}
         # op -> its aggregations, found once: with cumulative temporality (the one the
-        # readers use; _sdk_aggregations refuses the other) the SDK never replaces them
+        # readers use; histogram_aggregations refuses the other) the SDK never replaces them
         self._aggs: dict[str, list] = {}
 
     def counts_of(self, ages: np.ndarray) -> list[int]:
@@ -249,14 +251,14 @@ class _BulkHistogram:
         attrs = self._attrs.get(op) or self._attrs.setdefault(op, {"op": op})
         aggs, recorded = self._aggs.get(op), None
         if aggs is None:
-            aggs = _sdk_aggregations(self._h, attrs)
+            aggs = histogram_aggregations(self._h, attrs, tuple(names.OP_BUCKETS))
         if aggs is None:  # the first record for these attributes creates the aggregation
             self._h.record(low, attrs)
             recorded = low
             counts = list(counts)
             counts[bisect_left(names.OP_BUCKETS, low)] -= 1
             total -= low
-            aggs = _sdk_aggregations(self._h, attrs)
+            aggs = histogram_aggregations(self._h, attrs, tuple(names.OP_BUCKETS))
         if aggs is not None:
             self._aggs[op] = aggs
         if not aggs:  # internals not as known: one record() per observation
@@ -267,35 +269,4 @@ class _BulkHistogram:
                 self._h.record(a, attrs)
             return
         for agg in aggs:
-            with agg._lock:
-                if agg._value is None:
-                    agg._value = agg._get_empty_bucket_counts()
-                agg._value = [a + c for a, c in zip(agg._value, counts)]
-                agg._sum += total
-                if agg._record_min_max:
-                    agg._min = min(agg._min, low)
-                    agg._max = max(agg._max, top)
-
-
-def _sdk_aggregations(histogram, attrs) -> list | None:
-    """The SDK aggregations that a record() of `histogram` with `attrs` feeds, one per
-    reader: None when one does not exist yet, [] when the internals are not as this code
-    knows them (the caller then records one value per call)."""
-    try:
-        from opentelemetry.sdk.metrics._internal._view_instrument_match import _hash_attributes
-        from opentelemetry.sdk.metrics._internal.aggregation import (
-            _ExplicitBucketHistogramAggregation)
-        key = _hash_attributes(attrs)
-        out = []
-        for storage in histogram._measurement_consumer._reader_storages.values():
-            for match in storage._instrument_view_instrument_matches.get(histogram, ()):
-                agg = match._attributes_aggregation.get(key)
-                if agg is None:
-                    return None
-                if (type(agg) is not _ExplicitBucketHistogramAggregation or match._reset_on_collect
-                        or agg._boundaries != tuple(names.OP_BUCKETS)):
-                    return []
-                out.append(agg)
-        return out or None
-    except Exception:
-        return []
+            bulk_add(agg, counts, total, low, top)

@@ -26,9 +26,9 @@ def _views() -> list[View]:
     def hist(name, bounds):
         return View(instrument_name=name,
                     aggregation=ExplicitBucketHistogramAggregation(boundaries=bounds))
-    from .exporters import native  # classic buckets, and native ones beside them
+    from .sdk_private import op_duration_aggregation  # classic buckets, native ones beside
     return [View(instrument_name=names.OP_DURATION,
-                 aggregation=native.ClassicAndNativeAggregation(boundaries=names.OP_BUCKETS)),
+                 aggregation=op_duration_aggregation(names.OP_BUCKETS)),
             hist(names.CODEC_DURATION, names.OP_BUCKETS),
             hist(names.STEP_DURATION, names.STEP_BUCKETS),
             hist(names.ROW_AGE, names.OP_BUCKETS)]
@@ -51,6 +51,7 @@ class Telemetry:
                                        exemplar_filter=AlwaysOffExemplarFilter())
         self.meter = meter = self._provider.get_meter("dpobs_otel", __version__)
         self._create_instruments(meter)
+        self._count_sdk_fallbacks()
         self.guard = None
         if s.verify_tensor_hash:
             from .guard import WireGuard  # off by default: no digest code runs without it
@@ -100,7 +101,17 @@ class Telemetry:
         for create, name, unit, cb, desc in observed:
             create(name, callbacks=[self._safe(cb, name)], unit=unit, description=desc)
         self.op_attrs = {op: {"op": op} for op in names.OPS.values()}
-        self.op_records = OpRecords(self.op_duration, self.op_attrs)
+        self.op_records = OpRecords(self.op_duration, self.op_attrs, self.internal_error)
+
+    def _count_sdk_fallbacks(self) -> None:
+        """One internal error per part of this process that runs on the OpenTelemetry public
+        API because a private name was not as known (sdk_private logged each once)."""
+        from .sdk_private import degradations
+        n = len(degradations())
+        if n:
+            with self.stats.lock:
+                ie = self.stats.instr_errors
+                ie[names.OTEL_SDK_COMPONENT] = ie.get(names.OTEL_SDK_COMPONENT, 0) + n
 
     def _safe(self, callback, name):
         def run(options: CallbackOptions):

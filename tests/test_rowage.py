@@ -198,6 +198,9 @@ def test_row_age_is_opt_in(make_tel, monkeypatch):
     assert sorted(raw.keys()) == ["obs", "tok"]  # nothing hidden was written
 
 
+BOUNDS = tuple(names.OP_BUCKETS)
+
+
 def _add(bulk, ages, op):
     bulk.add(bulk.counts_of(ages), float(ages.sum()), float(ages.min()), float(ages.max()), op,
              ages.tolist)
@@ -211,10 +214,10 @@ def test_bulk_histogram_equals_one_record_per_row(make_tel, monkeypatch):
     ages = np.array([0.25, 0.0003, 0.0001, 0.25, 1.0, 7.0, 31.0, 0.004, 0.0])
     bulk = tel.row_age._hist
     _add(bulk, ages[:3], "get")  # the first: creates the aggregation with one record()
-    assert rowage._sdk_aggregations(bulk._h, {"op": "get"})  # the fast path exists
+    assert rowage.histogram_aggregations(bulk._h, {"op": "get"}, BOUNDS)  # the fast path exists
     _add(bulk, ages[3:], "get")
     bulk.add(bulk.counts_of_one(0.5, 4), 2.0, 0.5, 0.5, "get", lambda: [0.5] * 4)
-    monkeypatch.setattr(rowage, "_sdk_aggregations", lambda h, a: [])
+    monkeypatch.setattr(rowage, "histogram_aggregations", lambda h, a, b: [])
     _add(bulk, ages, "get_data")  # the fallback
     for a in ages.tolist() + [0.5] * 4:
         bulk._h.record(a, {"op": "put"})  # the reference: the public API, one per value

@@ -29,26 +29,18 @@ first metric says so) and below any real duration.
 """
 from __future__ import annotations
 
-import math
 import threading
-from bisect import bisect_left
-from collections import defaultdict
 from dataclasses import dataclass, fields
 
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
-from opentelemetry.exporter.prometheus._mapping import sanitize_attribute
-from opentelemetry.sdk.metrics._internal.aggregation import _ExplicitBucketHistogramAggregation
-from opentelemetry.sdk.metrics._internal.point import HistogramDataPoint
-from opentelemetry.sdk.metrics.export import AggregationTemporality, Metric, MetricsData
-from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation
+from opentelemetry.sdk.metrics.export import (AggregationTemporality, HistogramDataPoint,
+                                              Metric, MetricsData)
 
-from .. import names
+from .. import names, sdk_private
 from . import protobuf
 
 SCALE = 4
 ZERO_THRESHOLD = 2.0 ** -128
-_PER_OCTAVE = 2 ** SCALE
-_log2, _ceil = math.log2, math.ceil
 CUMULATIVE = AggregationTemporality.CUMULATIVE
 
 
@@ -67,78 +59,29 @@ class NativeHistogramDataPoint(HistogramDataPoint):
     native: Native | None = None
 
 
-class _ClassicAndNative(_ExplicitBucketHistogramAggregation):
-    """The SDK's explicit-bucket aggregation, and native buckets since creation beside it
-    (key None: the zero bucket). aggregate() does the SDK's classic update (the same fields,
-    the same way) and the native one under one lock: calling the SDK's and then taking a lock
-    of our own cost twice as much, on the path every op takes. The native sum is the classic
-    one: only cumulative collections carry the native buckets."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._native: defaultdict = defaultdict(int)
-
-    def aggregate(self, measurement, should_sample_exemplar: bool = True) -> None:
-        self.add(measurement.value)
-        self._sample_exemplar(measurement, should_sample_exemplar)
-
-    def add(self, v: float) -> None:
-        """One observation, without a Measurement (bound.py calls this directly)."""
-        try:  # bucket j holds (2**((j-1)/16), 2**(j/16)]
-            j = _ceil(_log2(v) * _PER_OCTAVE)
-        except (ValueError, OverflowError):  # 0 (a coarse clock's): the zero bucket, as
-            j = None  # would a negative, NaN or infinite value, which no clock gives
-        with self._lock:
-            if self._value is None:
-                self._value = self._get_empty_bucket_counts()
-            self._sum += v
-            if self._record_min_max:
-                if v < self._min:
-                    self._min = v
-                if v > self._max:
-                    self._max = v
-            self._value[bisect_left(self._boundaries, v)] += 1
-            self._native[j] += 1
-
-    def collect(self, collection_aggregation_temporality, collection_start_nano: int):
-        """The SDK's point; for a cumulative collection (NativeReader's) with the native
-        buckets, whose sum is then the point's (a record landing between the two snapshots
-        is in the buckets and count and not yet in the sum: a scrape later, it is)."""
-        point = super().collect(collection_aggregation_temporality, collection_start_nano)
-        if point is None or collection_aggregation_temporality is not CUMULATIVE:
-            return point
-        with self._lock:
-            counts = dict(self._native)
-        zero = counts.pop(None, 0)
-        native = Native(zero + sum(counts.values()), point.sum, zero,
-                        tuple(sorted(counts.items())))
-        return NativeHistogramDataPoint(
-            **{f.name: getattr(point, f.name) for f in fields(HistogramDataPoint)},
-            native=native)
-
-
-class ClassicAndNativeAggregation(ExplicitBucketHistogramAggregation):
-    """The op duration View's aggregation (telemetry._views): classic buckets `boundaries`
-    for every reader, native buckets at SCALE for NativeReader."""
-
-    def _create_aggregation(self, instrument, attributes, reservoir_factory,
-                            start_time_unix_nano):
-        classic = super()._create_aggregation(instrument, attributes, reservoir_factory,
-                                              start_time_unix_nano)
-        return _ClassicAndNative(attributes, classic._instrument_aggregation_temporality,
-                                 start_time_unix_nano,
-                                 reservoir_factory(_ExplicitBucketHistogramAggregation),
-                                 classic._boundaries, classic._record_min_max)
+def with_native(point: HistogramDataPoint, counts: dict) -> NativeHistogramDataPoint:
+    """The classic point with the native buckets `counts` ({j: count}, None: the zero
+    bucket) beside it; their sum is the point's (sdk_private's aggregation keeps one)."""
+    zero = counts.pop(None, 0)
+    native = Native(zero + sum(counts.values()), point.sum, zero, tuple(sorted(counts.items())))
+    return NativeHistogramDataPoint(
+        **{f.name: getattr(point, f.name) for f in fields(HistogramDataPoint)}, native=native)
 
 
 class NativeReader(PrometheusMetricReader):
     """A PrometheusMetricReader that also keeps each collection's native histograms for the
-    protobuf exposition: one collect feeds both expositions, so they show one instant."""
+    protobuf exposition: one collect feeds both expositions, so they show one instant. (Its
+    one override is the SDK's private hook, named in sdk_private.OWNED; an exporter without
+    it never calls this, and the native families are absent.)"""
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        self._lock = threading.Lock()
+        self._native_lock = threading.Lock()
         self._native: list[tuple[str, str, list]] = []  # (family, help, data points)
+
+    @classmethod
+    def on(cls, registry) -> "NativeReader":
+        return sdk_private.prometheus_reader(cls, registry)
 
     def _receive_metrics(self, metrics_data: MetricsData, timeout_millis: float = 10_000,
                          **kwargs) -> None:
@@ -146,17 +89,21 @@ class NativeReader(PrometheusMetricReader):
             native = [(_name(m), m.description or "", m.data.data_points)
                       for rm in metrics_data.resource_metrics for sm in rm.scope_metrics
                       for m in sm.metrics if _has_native(m)]
-            with self._lock:
+            with self._native_lock:
                 self._native = native
         super()._receive_metrics(metrics_data, timeout_millis, **kwargs)
 
     def native_families(self, wanted: list[str] | None = None) -> bytes:
         """The latest collection's native histograms as families (only those named in
         `wanted`, when given)."""
-        with self._lock:
+        with self._native_lock:
             native = list(self._native)
         return b"".join(encode(name, help_text, points) for name, help_text, points in native
                         if not wanted or name in wanted)
+
+    def shutdown(self, *args, **kwargs):
+        sdk_private.release_reader(self)
+        return super().shutdown(*args, **kwargs)
 
 
 def _has_native(m: Metric) -> bool:
@@ -171,11 +118,10 @@ def _name(m: Metric) -> str:
 
 def encode(name: str, help_text: str, points) -> bytes:
     """Data points carrying native histograms as one delimited MetricFamily."""
-    body = [protobuf.metric({sanitize_attribute(k): str(v) for k, v in p.attributes.items()},
+    body = [protobuf.metric({sdk_private.sanitize_attribute(k): str(v) for k, v in p.attributes.items()},
                             protobuf.HISTOGRAM, _native_body(p.native))
             for p in points if p.native is not None]
     return protobuf.family(name, help_text, protobuf.HISTOGRAM, body)
-
 
 
 def _native_body(n: Native) -> bytes:

@@ -30,7 +30,7 @@ class PrometheusExporter:
         s = settings
         self.registry = CollectorRegistry(auto_describe=True)
         # scope labels would ride on every series without telling anyone anything.
-        self.reader = NativeReader(registry=self.registry, scope_info_enabled=False)
+        self.reader = NativeReader.on(self.registry)
         # One render at a time: a collect refreshes the reader's native stash, and the
         # protobuf render reads it right after its own collect.
         self._render_lock = threading.Lock()

@@ -15,7 +15,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 import dpobs_otel as dpobs
-from dpobs_otel import names
+from dpobs_otel import names, sdk_private
 from dpobs_otel.exporters import native, protobuf
 
 ACCEPT_2_42 = ("application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;"
@@ -202,7 +202,7 @@ def test_a_push_reader_gets_the_classic_histogram_unchanged():
 
 @pytest.mark.parametrize("temporality", ["CUMULATIVE", "DELTA"])
 def test_the_classic_half_is_the_sdks_explicit_bucket_histogram(temporality):
-    """ClassicAndNativeAggregation redoes the SDK's classic update under its lock: its points
+    """sdk_private.OpDurationAggregation redoes the SDK's classic update under its lock: its points
     must equal the SDK's own aggregation's, record for record, in either temporality (this
     fails first if an SDK upgrade changes the fields it relies on)."""
     from opentelemetry.sdk.metrics import Histogram, MeterProvider
@@ -226,5 +226,5 @@ def test_the_classic_half_is_the_sdks_explicit_bucket_histogram(temporality):
                                                                        "native")})
         provider.shutdown()
         return out
-    assert points(native.ClassicAndNativeAggregation(boundaries=names.OP_BUCKETS)) == \
+    assert points(sdk_private.op_duration_aggregation(names.OP_BUCKETS)) == \
         points(ExplicitBucketHistogramAggregation(boundaries=names.OP_BUCKETS))
