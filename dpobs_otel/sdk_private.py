@@ -347,42 +347,42 @@ class OpDurationAggregation(ExplicitBucketHistogramAggregation):
 
 
 def op_duration_aggregation(boundaries) -> ExplicitBucketHistogramAggregation:
-    """The op duration's aggregation: classic and native where this SDK allows, else the
-    SDK's own explicit-bucket one (the native family then absent)."""
-    if _native_class() is None or owned("create_aggregation") is None:
-        degrade("the native op-duration histogram", "the SDK's aggregation is not as known")
+    """The op duration's aggregation: classic and native where this SDK and exporter allow
+    (the reader's collection hook takes the native buckets out), else the SDK's own
+    explicit-bucket one, the native family then absent."""
+    if _native_class() is None:
+        return ExplicitBucketHistogramAggregation(boundaries=boundaries)
+    missing = [r for r in ("create_aggregation", "receive_metrics") if owned(r) is None]
+    if missing:
+        degrade("the native op-duration histogram", f"{missing} not found")
         return ExplicitBucketHistogramAggregation(boundaries=boundaries)
     return OpDurationAggregation(boundaries=boundaries)
 
 
-def native_available() -> bool:
-    return _native_class() is not None and owned("receive_metrics") is not None
-
-
 # -- the Prometheus exporter -----------------------------------------------------------------
-def prometheus_reader(cls, registry):
-    """cls(registry=registry, scope_info_enabled=False) (exporter 0.63b0+); with an older
-    exporter, the reader built without them and its collector moved from prometheus_client's
-    global registry to `registry` (failing that, left there)."""
+def prometheus_reader(cls, registry) -> tuple:
+    """(reader, the registry that serves it): cls(registry=registry, scope_info_enabled=False)
+    on exporter 0.63b0+; with an older exporter, the reader built without them and its
+    collector moved from prometheus_client's global registry to `registry`, or, where that
+    cannot be done, the global registry itself (a second Telemetry in the process then
+    shares it)."""
     try:
-        return cls(registry=registry, scope_info_enabled=False)
+        # scope labels would ride on every series without telling anyone anything.
+        return cls(registry=registry, scope_info_enabled=False), registry
     except TypeError as exc:
         degrade("the reader's own registry", repr(exc))
     from prometheus_client import REGISTRY
 
     reader = cls()
-    collector = getattr(reader, NAMES["collector"], None)
-    if collector is not None:
-        try:
-            REGISTRY.unregister(collector)
-            registry.register(collector)
-            setattr(reader, "_dpobs_registry", registry)
-            return reader
-        except Exception as exc:
-            degrade("the reader's collector", repr(exc))
-    else:
-        degrade("the reader's collector", "the exporter has no collector attribute")
-    return reader
+    try:
+        collector = getattr(reader, NAMES["collector"])
+        REGISTRY.unregister(collector)
+        registry.register(collector)
+    except Exception as exc:
+        degrade("the reader's collector", repr(exc))
+        return reader, REGISTRY
+    reader._dpobs_registry = registry
+    return reader, registry
 
 
 def release_reader(reader) -> None:

@@ -80,7 +80,8 @@ class NativeReader(PrometheusMetricReader):
         self._native: list[tuple[str, str, list]] = []  # (family, help, data points)
 
     @classmethod
-    def on(cls, registry) -> "NativeReader":
+    def on(cls, registry) -> tuple["NativeReader", object]:
+        """(a reader on `registry`, the registry that serves it: sdk_private.prometheus_reader)."""
         return sdk_private.prometheus_reader(cls, registry)
 
     def _receive_metrics(self, metrics_data: MetricsData, timeout_millis: float = 10_000,

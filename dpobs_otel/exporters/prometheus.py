@@ -28,9 +28,8 @@ class PrometheusExporter:
         from .native import NativeReader
 
         s = settings
-        self.registry = CollectorRegistry(auto_describe=True)
-        # scope labels would ride on every series without telling anyone anything.
-        self.reader = NativeReader.on(self.registry)
+        # A registry of its own, without scope labels (sdk_private.prometheus_reader).
+        self.reader, self.registry = NativeReader.on(CollectorRegistry(auto_describe=True))
         # One render at a time: a collect refreshes the reader's native stash, and the
         # protobuf render reads it right after its own collect.
         self._render_lock = threading.Lock()
