@@ -1,19 +1,15 @@
 """Every use of a private name of the OpenTelemetry SDK or its Prometheus exporter, in this
 module alone, each behind a guard with a public fallback.
 
-Why private names at all: the public `Histogram.record` pays the SDK's whole dispatch on every
-op (docs/performance.md), native histograms need an aggregation the SDK does not offer, and
-exporters before 0.63b0 take no `registry=`. Why one module: a release that renames one of
-them (nothing promises they stay) must cost a fallback, never an import error or a lost op.
-Each name is spelled once, in NAMES (attributes of SDK objects) or OWNED (module and class
-attributes), so tests/test_sdk_private.py can take each away in turn.
-
-What a missing name costs, logged once per process and counted in every Telemetry under
-names.OTEL_SDK_COMPONENT (`degradations()`):
-- the bound fast path or the row-age bulk add: `Histogram.record` per value (slower, same
-  histograms);
-- the native aggregation: the op duration is the classic histogram alone, the native family
-  absent (Telemetry counts that one);
+Why private names: `Histogram.record` pays the SDK's whole dispatch on every op
+(docs/performance.md), native histograms need an aggregation the SDK lacks, and exporters
+before 0.63b0 take no `registry=`. Why one module: a release that renames one (nothing
+promises they stay) must cost a fallback, never an import error or a lost op. Each name is
+spelled once, in NAMES, AGGREGATION_FIELDS or OWNED, so tests/test_sdk_private.py can take
+each away in turn. What a missing one costs (logged once per process; counted in every
+Telemetry under names.OTEL_SDK_COMPONENT):
+- the bound record or the row-age bulk add: `Histogram.record` per value (slower, same data);
+- the native aggregation: the classic op-duration histogram alone, the native family absent;
 - `registry=` or the reader's collector: the reader on prometheus_client's global registry.
 """
 from __future__ import annotations
@@ -97,8 +93,8 @@ def degradations() -> dict[str, str]:
         return dict(_degraded)
 
 
-def reset() -> None:
-    """Forget what was found (tests that take names away)."""
+def reset() -> None:  # tests that take names away
+
     with _lock:
         _degraded.clear()
     _native_class.cache = None
@@ -226,17 +222,18 @@ def bulk_add(agg, counts: list, total: float, low: float, top: float) -> None:
 
 
 # -- the op duration's aggregation: classic and native buckets -------------------------------
-def _native_class():
-    """The SDK's explicit-bucket aggregation with native buckets beside it, made once; None
-    where the SDK's class or one of its fields is not as known (checked by one observation
-    through a fresh instance: exporters/native.py's point must come out)."""
+def _native_class(scale: int | None = None, finish=None):
+    """The SDK's explicit-bucket aggregation with native buckets at `scale` beside it, its
+    cumulative points finished by finish(point, {j: count}) (exporters/native.with_native);
+    made once, then returned without arguments. None where the SDK's class or one of its
+    fields is not as known (one observation through a fresh instance must come out right)."""
     cached = getattr(_native_class, "cache", None)
-    if cached is not None:
+    if cached is not None or scale is None:
         return cached or None
     cls, why = None, "unknown"
     try:
-        cls = _make_native_class()
-        why = _self_test(cls)
+        cls = _make_native_class(scale, finish)
+        why = _self_test(cls, scale)
     except Exception as exc:
         why = repr(exc)
     if why:
@@ -246,20 +243,17 @@ def _native_class():
     return cls
 
 
-def _make_native_class():
-    from .exporters import native
-
+def _make_native_class(scale: int, finish):
     base = owned("histogram_aggregation")
     if base is None or owned("empty_buckets") is None or owned("sample_exemplar") is None:
         raise LookupError("the SDK's explicit-bucket aggregation is not as known")
-    per_octave, log2, ceil = 2 ** native.SCALE, math.log2, math.ceil
+    per_octave, log2, ceil = 2 ** scale, math.log2, math.ceil
 
     class NativeAggregation(base):
         """aggregate() does the SDK's classic update (the same fields, the same way) and the
         native one under one lock: calling the SDK's and then taking a lock of our own cost
         twice as much, on the path every op takes. Native buckets count since creation (key
-        None: the zero bucket); only cumulative collections carry them, with the classic
-        sum."""
+        None: the zero bucket); only cumulative collections carry them."""
 
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
@@ -271,7 +265,7 @@ def _make_native_class():
 
         def add(self, v: float) -> None:
             """One observation, without a Measurement (BoundRecord calls this directly)."""
-            try:  # bucket j holds (2**((j-1)/16), 2**(j/16)]
+            try:  # bucket j holds (2**((j-1)/2**scale), 2**(j/2**scale)]
                 j = ceil(log2(v) * per_octave)
             except (ValueError, OverflowError):  # 0 (a coarse clock's): the zero bucket, as
                 j = None  # would a negative, NaN or infinite value, which no clock gives
@@ -288,44 +282,37 @@ def _make_native_class():
                 self._native[j] += 1
 
         def collect(self, collection_aggregation_temporality, collection_start_nano: int):
-            """The SDK's point; for a cumulative collection, with the native buckets (a
-            record landing between the two snapshots is in the buckets and count and not yet
-            in the sum: a scrape later, it is)."""
+            """The SDK's point, finished with the native buckets for a cumulative collection
+            (a record between the two snapshots is in the buckets and not yet in the sum: a
+            scrape later, it is)."""
             point = super().collect(collection_aggregation_temporality, collection_start_nano)
             if point is None or collection_aggregation_temporality is not CUMULATIVE:
                 return point
             with self._lock:
                 counts = dict(self._native)
-            return native.with_native(point, counts)
+            return finish(point, counts)
 
     return NativeAggregation
 
 
-def _self_test(cls) -> str:
+def _self_test(cls, scale: int) -> str:
     """'' when one observation through a fresh `cls` comes out as the classic and native
     point it must be; else what differs."""
-    from .exporters import native
-
     agg = cls({}, AggregationTemporality.DELTA, 0, _no_exemplars, (1.0, 2.0), True)
     missing = [f for f in AGGREGATION_FIELDS if not hasattr(agg, f)]
     if missing:
         return f"fields missing: {missing}"
     agg.add(1.5)
-    point = agg.collect(CUMULATIVE, 1)
-    got = (point.count, point.sum, list(point.bucket_counts), getattr(point, "native", None))
-    want = (1, 1.5, [0, 1, 0], native.Native(1, 1.5, 0, ((math.ceil(
-        math.log2(1.5) * 2 ** native.SCALE), 1),)))
+    p = agg.collect(CUMULATIVE, 1)
+    n = getattr(p, "native", None)
+    got = (p.count, p.sum, list(p.bucket_counts), n and (n.count, n.zero_count, n.buckets))
+    want = (1, 1.5, [0, 1, 0], (1, 0, ((math.ceil(math.log2(1.5) * 2 ** scale), 1),)))
     return "" if got == want else f"one observation came out as {got}"
 
 
 class _NoExemplars:
     """An exemplar reservoir that keeps nothing (exemplars are off in every dpobs provider)."""
-
-    def offer(self, *args, **kwargs):
-        pass
-
-    def collect(self, *args, **kwargs):
-        return []
+    offer = collect = staticmethod(lambda *args, **kwargs: [])
 
 
 def _no_exemplars(**kwargs):
@@ -346,11 +333,11 @@ class OpDurationAggregation(ExplicitBucketHistogramAggregation):
                                classic._boundaries, classic._record_min_max)
 
 
-def op_duration_aggregation(boundaries) -> ExplicitBucketHistogramAggregation:
-    """The op duration's aggregation: classic and native where this SDK and exporter allow
-    (the reader's collection hook takes the native buckets out), else the SDK's own
+def op_duration_aggregation(boundaries, scale: int, finish):
+    """The op duration's aggregation: classic and native (see _native_class) where this SDK
+    and exporter allow (the reader's hook takes the native buckets out), else the SDK's own
     explicit-bucket one, the native family then absent."""
-    if _native_class() is None:
+    if _native_class(scale, finish) is None:
         return ExplicitBucketHistogramAggregation(boundaries=boundaries)
     missing = [r for r in ("create_aggregation", "receive_metrics") if owned(r) is None]
     if missing:

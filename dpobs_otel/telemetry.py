@@ -15,6 +15,7 @@ from .bound import OpRecords
 from .config import Settings
 from .critical import CriticalPath, Exposure
 from .exposed import exposed_iterable
+from .sdk_private import degradations, op_duration_aggregation
 from .stats import Stats
 from .stepmetrics import StepMetrics
 from .version import __version__
@@ -26,9 +27,9 @@ def _views() -> list[View]:
     def hist(name, bounds):
         return View(instrument_name=name,
                     aggregation=ExplicitBucketHistogramAggregation(boundaries=bounds))
-    from .sdk_private import op_duration_aggregation  # classic buckets, native ones beside
-    return [View(instrument_name=names.OP_DURATION,
-                 aggregation=op_duration_aggregation(names.OP_BUCKETS)),
+    from .exporters import native  # classic buckets, and native ones beside them
+    return [View(instrument_name=names.OP_DURATION, aggregation=op_duration_aggregation(
+                 names.OP_BUCKETS, native.SCALE, native.with_native)),
             hist(names.CODEC_DURATION, names.OP_BUCKETS),
             hist(names.STEP_DURATION, names.STEP_BUCKETS),
             hist(names.ROW_AGE, names.OP_BUCKETS)]
@@ -51,7 +52,8 @@ class Telemetry:
                                        exemplar_filter=AlwaysOffExemplarFilter())
         self.meter = meter = self._provider.get_meter("dpobs_otel", __version__)
         self._create_instruments(meter)
-        self._count_sdk_fallbacks()
+        if degradations():  # sdk_private logged each; counted in this process's registry
+            self.stats.instr_errors[names.OTEL_SDK_COMPONENT] = len(degradations())
         self.guard = None
         if s.verify_tensor_hash:
             from .guard import WireGuard  # off by default: no digest code runs without it
@@ -102,16 +104,6 @@ class Telemetry:
             create(name, callbacks=[self._safe(cb, name)], unit=unit, description=desc)
         self.op_attrs = {op: {"op": op} for op in names.OPS.values()}
         self.op_records = OpRecords(self.op_duration, self.op_attrs, self.internal_error)
-
-    def _count_sdk_fallbacks(self) -> None:
-        """One internal error per part of this process that runs on the OpenTelemetry public
-        API because a private name was not as known (sdk_private logged each once)."""
-        from .sdk_private import degradations
-        n = len(degradations())
-        if n:
-            with self.stats.lock:
-                ie = self.stats.instr_errors
-                ie[names.OTEL_SDK_COMPONENT] = ie.get(names.OTEL_SDK_COMPONENT, 0) + n
 
     def _safe(self, callback, name):
         def run(options: CallbackOptions):
@@ -343,14 +335,13 @@ def start(role: str | None = None, rank: int | None = None, *, job: str | None =
 
     Every argument left None comes from its DPOBS_<NAME> environment variable, then the
     default (README, "Settings"); rank falls back to RANK (torchrun), then SLURM_PROCID.
-    Explicit arguments are validated like environment values. advertise_host: the host
-    written into file_sd when host is a wildcard. tls_*: serve /metrics over TLS, mutual
-    when tls_client_cafile is set. reconcile_rows: rows put between occupancy
-    reconciliations. row_age: rows carry their write time and reads observe their age
-    (rowage.py). trace: spans of ops, steps and waits, served at /trace; trace_ring: the
-    spans each process keeps; trace_every: trace one step in this many; node: the node on
-    the spans (default the host name); docs/timeline.md. exporters: replace the default
-    Prometheus exporter (see dpobs_otel.exporters). OTEL_SDK_DISABLED=true or
+    Explicit arguments are validated like environment values. advertise_host: the host in
+    file_sd when host is a wildcard. tls_*: serve /metrics over TLS, mutual with
+    tls_client_cafile. reconcile_rows: rows put between occupancy reconciliations. row_age:
+    rows carry their write time, reads observe their age (rowage.py). trace: spans of ops,
+    steps and waits at /trace; trace_ring: spans kept; trace_every: trace one step in this
+    many; node: the spans' node (default the host name); docs/timeline.md. exporters: in
+    place of the Prometheus exporter (dpobs_otel.exporters). OTEL_SDK_DISABLED=true or
     DPOBS_DISABLED=1 turns dpobs off: the result instruments nothing and serves nothing."""
     if disabled():
         return DisabledTelemetry()
@@ -373,8 +364,7 @@ class DisabledTelemetry:
     """What start() returns when dpobs is switched off: the user's code runs unchanged."""
 
     settings = None
-    guard = row_age = tracer = None
-    endpoint = url = registry = None
+    guard = row_age = tracer = endpoint = url = registry = None
 
     def instrument(self, inner):
         return inner

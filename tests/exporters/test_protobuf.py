@@ -226,5 +226,6 @@ def test_the_classic_half_is_the_sdks_explicit_bucket_histogram(temporality):
                                                                        "native")})
         provider.shutdown()
         return out
-    assert points(sdk_private.op_duration_aggregation(names.OP_BUCKETS)) == \
+    assert points(sdk_private.op_duration_aggregation(names.OP_BUCKETS, native.SCALE,
+                                                      native.with_native)) == \
         points(ExplicitBucketHistogramAggregation(boundaries=names.OP_BUCKETS))
