@@ -19,8 +19,10 @@ from __future__ import annotations
 import contextvars
 import functools
 import importlib
+import importlib.metadata
 import logging
 import os
+import re
 import threading
 from typing import Callable
 
@@ -126,16 +128,53 @@ def lazy_names(package: str, where: dict[str, str]) -> Callable:
     return __getattr__
 
 
+_RANGE = re.compile(r"\s*([A-Za-z0-9_.-]+)\s*>=\s*([\w.]+)\s*,\s*<\s*([\w.]+)\s*")
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """The release numbers of a version (0.3.13.post1 -> (0, 3, 13)): what ranges compare."""
+    return tuple(int(p) for p in re.match(r"\d+(?:\.\d+)*", version)[0].split("."))
+
+
+def out_of_range(requirements) -> str | None:
+    """None when a distribution these "name >= low, < high" requirements name is installed
+    in its range; else what was found, for the log."""
+    found = []
+    for requirement in requirements:
+        name, low, high = _RANGE.fullmatch(requirement).groups()
+        try:
+            version = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        if _release(low) <= _release(version) < _release(high):
+            return None
+        found.append(f"{name} {version}")
+    return (" and ".join(found) or "none of them installed") + \
+        f"; dpobs-otel measures {' or '.join(requirements)}"
+
+
 class Instrumentor(_Base):
     """BaseInstrumentor with instrument() and uninstrument() atomic (its own flag check is
-    not). One instance per subclass and process; each subclass gets its own lock."""
+    not), and a library outside supported() left unmeasured, said once per process (whichever
+    way instrument() is reached: the launcher, DPOBS_AUTO, code). One instance per subclass
+    and process; each subclass gets its own lock."""
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         cls._lock = threading.RLock()
 
+    def supported(self):
+        """The requirements one of which must hold: instrumentation_dependencies()."""
+        return self.instrumentation_dependencies()
+
     def instrument(self, **kwargs):
         with self._lock:
+            why = out_of_range(self.supported())
+            if why is not None:
+                if not getattr(self, "_said", False):
+                    self._said = True
+                    log.warning("dpobs: %s left unmeasured: found %s", type(self).__name__, why)
+                return None
             return super().instrument(**kwargs)
 
     def uninstrument(self, **kwargs):

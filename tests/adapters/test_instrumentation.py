@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import importlib.metadata
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -15,12 +17,14 @@ import types
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
 from helpers import scrape, value
 from helpers.transferqueue import KEYS, OPS
 from packaging.requirements import Requirement
 
 from dpobs_otel import auto
 from dpobs_otel.adapters.instrumentation import Instrumentor, OwnCalls, is_own_call, own, own_calls
+from dpobs_otel.adapters.mooncake import MooncakeInstrumentor
 
 PYPROJECT = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
 PACKAGES = {"transferqueue": "TransferQueueInstrumentor", "mooncake": "MooncakeInstrumentor"}
@@ -90,12 +94,61 @@ def test_each_package_declares_what_its_extra_installs():
     for name, cls in PACKAGES.items():
         package = importlib.import_module(f"dpobs_otel.adapters.{name}.package")
         instrumentor = getattr(importlib.import_module(f"dpobs_otel.adapters.{name}"), cls)
-        assert tuple(instrumentor().instrumentation_dependencies()) == package._instruments
+        declared = tuple(instrumentor().instrumentation_dependencies())
         if not package._instruments:  # several distributions of one module: no extra can
             assert name not in extras, name  # name "any one of them" (pyproject.toml)
-            assert package._instruments_any, name
+            assert len(declared) == 1 and declared[0] in package._instruments_any, name
             continue
+        assert declared == package._instruments
         assert _requirements(extras[name]) == _requirements(package._instruments), name
+
+
+def test_mooncake_declares_the_distribution_that_provides_its_module():
+    provides = importlib.metadata.packages_distributions().get("mooncake")
+    if not provides:
+        pytest.skip("no mooncake distribution installed")
+    [declared] = MooncakeInstrumentor().instrumentation_dependencies()
+    assert declared.split()[0] == provides[0]
+
+
+def _probe_instrumentor(requirement: str):
+    """A fresh Instrumentor (one per class: a singleton) that supports `requirement` and
+    counts its _instrument calls."""
+    class Probe(Instrumentor):
+        calls = 0
+
+        def instrumentation_dependencies(self):
+            return (requirement,)
+
+        def _instrument(self, **kwargs):
+            type(self).calls += 1
+
+        def _uninstrument(self, **kwargs):
+            pass
+    return Probe
+
+
+def test_a_library_out_of_range_is_left_unmeasured_and_said_once(caplog):
+    installed = importlib.metadata.version("transferqueue")
+    probe = _probe_instrumentor("transferqueue >= 99.0, < 100")
+    with caplog.at_level(logging.WARNING, logger="dpobs_otel.adapters.instrumentation"):
+        probe().instrument()
+        probe().uninstrument()
+        probe().instrument()
+    assert probe.calls == 0
+    [said] = [r.getMessage() for r in caplog.records if "left unmeasured" in r.getMessage()]
+    assert f"transferqueue {installed}" in said and "transferqueue >= 99.0, < 100" in said
+    missing = _probe_instrumentor("no-such-library >= 1.0, < 2")
+    missing().instrument()
+    assert missing.calls == 0
+
+
+def test_a_library_in_range_is_instrumented():
+    installed = importlib.metadata.version("transferqueue")
+    probe = _probe_instrumentor(f"transferqueue >= {installed}, < 99")
+    probe().instrument()
+    probe().uninstrument()
+    assert probe.calls == 1
 
 
 def test_entry_points_and_dpobs_auto_name_each_package_s_instrumentor():

@@ -23,7 +23,7 @@ import functools
 from typing import Collection
 
 from ..instrumentation import Instrumentor, PerProcess, is_own_call
-from .package import _instruments
+from .package import _instruments_any
 
 __all__ = ["MooncakeInstrumentor"]
 
@@ -43,7 +43,16 @@ class MooncakeInstrumentor(Instrumentor):
     """See the module docstring. One instance per process (BaseInstrumentor is a singleton)."""
 
     def instrumentation_dependencies(self) -> Collection[str]:
-        return _instruments
+        """The requirement of the distribution that provides `mooncake` here (the first
+        known one where none does, so the launcher's check says what is missing)."""
+        import importlib.metadata
+
+        provides = set(importlib.metadata.packages_distributions().get("mooncake", ()))
+        named = [r for r in _instruments_any if r.split()[0] in provides]
+        return tuple(named[:1] or _instruments_any[:1])
+
+    def supported(self):
+        return _instruments_any
 
     def _instrument(self, **kwargs):
         from mooncake.store import MooncakeDistributedStore as Store
