@@ -87,7 +87,10 @@ class Naive:
 
     def __init__(self, inner, size=payload_nbytes):
         self.size = size if size is not None else (lambda _: 0)
-        reader = PrometheusMetricReader(registry=CollectorRegistry())
+        try:
+            reader = PrometheusMetricReader(registry=CollectorRegistry())
+        except TypeError:  # exporters before 0.63b0 (the declared floor): the global registry
+            reader = PrometheusMetricReader()
         view = View(instrument_name="dur",
                     aggregation=ExplicitBucketHistogramAggregation(names.OP_BUCKETS))
         meter = MeterProvider(metric_readers=[reader], views=[view]).get_meter("naive")

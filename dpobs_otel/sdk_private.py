@@ -350,20 +350,22 @@ def op_duration_aggregation(boundaries, scale: int, finish):
 def prometheus_reader(cls, registry) -> tuple:
     """(reader, the registry that serves it): cls(registry=registry, scope_info_enabled=False)
     on exporter 0.63b0+; with an older exporter, the reader built without them and its
-    collector moved from prometheus_client's global registry to `registry`, or, where that
-    cannot be done, the global registry itself (a second Telemetry in the process then
+    collector moved from prometheus_client's global registry to one of its own, or, where
+    that cannot be done, the global registry itself (a second Telemetry in the process then
     shares it)."""
     try:
         # scope labels would ride on every series without telling anyone anything.
         return cls(registry=registry, scope_info_enabled=False), registry
     except TypeError as exc:
         degrade("the reader's own registry", repr(exc))
-    from prometheus_client import REGISTRY
+    from prometheus_client import REGISTRY, CollectorRegistry
 
     reader = cls()
     try:
         collector = getattr(reader, NAMES["collector"])
         REGISTRY.unregister(collector)
+        # a registry that describes by collecting would collect before the provider exists
+        registry = CollectorRegistry(auto_describe=False)
         registry.register(collector)
     except Exception as exc:
         degrade("the reader's collector", repr(exc))

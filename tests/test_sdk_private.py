@@ -149,9 +149,10 @@ def test_an_exporter_without_registry_keeps_each_process_on_its_own(monkeypatch)
     sdk_private.reset()
     mine = CollectorRegistry()
     reader, serving = sdk_private.prometheus_reader(Old, mine)
-    assert serving is mine
+    assert serving is not REGISTRY
     collector = getattr(reader, sdk_private.NAMES["collector"])
-    assert collector in mine._collector_to_names and collector not in REGISTRY._collector_to_names
+    assert collector in serving._collector_to_names
+    assert collector not in REGISTRY._collector_to_names
     assert "the reader's own registry" in sdk_private.degradations()
     sdk_private.release_reader(reader)
     assert collector in REGISTRY._collector_to_names  # back where the old shutdown finds it
