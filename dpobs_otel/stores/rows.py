@@ -3,10 +3,12 @@ batch into per-row values (stores.memory, adapters.mooncake): the put's checks, 
 into per-row columns, which fields a read returns, and a column put back together."""
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch
 
-from tensordict import NonTensorData, NonTensorStack, TensorDictBase
+from tensordict import NonTensorData, NonTensorStack, TensorDict, TensorDictBase
 
 from .. import nested
 
@@ -71,12 +73,35 @@ def selected_keys(rows: list[dict], select_fields) -> list[Key]:
 
 
 def assemble(values: list):
-    first = values[0] if values else None
+    """One field's column from its rows: dense when every row has one shape, jagged when they
+    differ, a non-tensor stack otherwise (and for a read of no rows: nothing tells its type)."""
+    if not values:
+        return _empty_column()
+    first = values[0]
     if not isinstance(first, torch.Tensor):
         return NonTensorStack.from_list(values)
     if all(v.shape == first.shape for v in values):
         return torch.stack(values)
     return torch.nested.as_nested_tensor(values, layout=torch.jagged)
+
+
+@functools.cache
+def _empty_stack_settable() -> bool:
+    # tensordict 0.10's set() reads the names of an empty NonTensorStack through its first
+    # (absent) row and raises IndexError; later versions take it. Asked once, by trying.
+    try:
+        TensorDict({}, batch_size=[0]).set("f", NonTensorStack.from_list([]))
+    except IndexError:
+        return False
+    return True
+
+
+def _empty_column():
+    """The column of a read of no rows: an empty NonTensorStack where tensordict can hold
+    one, else (0.10) an empty NonTensorData, which reads back the same ([] of batch (0,))."""
+    if _empty_stack_settable():
+        return NonTensorStack.from_list([])
+    return NonTensorData(data=[], batch_size=[0])
 
 
 

@@ -3,7 +3,7 @@ import threading
 import pytest
 import torch
 from helpers.payloads import three_rows as _batch  # the Mooncake tests mirror these cases
-from tensordict import TensorDict
+from tensordict import TensorDict, is_non_tensor
 
 from dpobs_otel import InMemoryDataPlane, connect_store, serve_store
 
@@ -19,6 +19,20 @@ def test_round_trip_keeps_jagged_dense_and_nontensor():
     assert [r.tolist() for r in out["tok"].unbind()] == [[0, 1, 2], [0, 1]]
     assert torch.equal(out["adv"], torch.tensor([[5.0, 6.0], [1.0, 2.0]]))
     assert out.get("meta").tolist() == ["z", "x"]
+
+
+def test_a_read_of_no_rows_has_each_selected_field_empty():
+    # Nothing tells a column's type without a row: every field comes back as an empty
+    # non-tensor column of batch (0,), on every tensordict (0.10 cannot hold an empty
+    # NonTensorStack: rows.assemble).
+    s = InMemoryDataPlane()
+    s.put_samples(IDS, "p", _batch())
+    out = s.get_samples([], "p", ["tok", "adv", "meta"])
+    assert out.batch_size == torch.Size([0])
+    assert list(out.keys()) == ["tok", "adv", "meta"]
+    for key in out.keys():
+        assert is_non_tensor(out.get(key)) and out.get(key).tolist() == []
+    assert list(s.get_samples([], "p").keys()) == []
 
 
 def test_uniform_jagged_rows_come_back_dense():
