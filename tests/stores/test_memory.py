@@ -3,9 +3,10 @@ import threading
 import pytest
 import torch
 from helpers.payloads import three_rows as _batch  # the Mooncake tests mirror these cases
-from tensordict import TensorDict, is_non_tensor
+from helpers.rowsel import HOWS, row_numbers, take_rows
+from tensordict import NonTensorStack, TensorDict, is_non_tensor
 
-from dpobs_otel import InMemoryDataPlane, connect_store, serve_store
+from dpobs_otel import InMemoryDataPlane, connect_store, nested, serve_store
 
 IDS = ["a", "b", "c"]
 
@@ -115,3 +116,38 @@ def test_served_store_moves_bytes_between_processes():
             b.get_samples(["zz"], "p")
     finally:
         mgr.shutdown()
+
+
+# -- row subsets of a batch with a jagged field (helpers/rowsel.py): tensordict 0.10 cannot
+# make them itself; the store must take every layout a caller can -------------------------
+TOK = [[7, 1, 9], [4], [2, 8, 6, 5, 3], [0, 11], [12, 13, 14, 15]]
+SUBSETS = {"middle": slice(1, 3), "tail": slice(2, None), "picked": [4, 0, 2]}
+
+
+def _five_rows():
+    tok = torch.nested.nested_tensor([torch.tensor(r) for r in TOK], layout=torch.jagged)
+    adv = torch.arange(10, dtype=torch.float32).reshape(5, 2)
+    return TensorDict({"tok": tok, "adv": adv, "meta": NonTensorStack(*"vwxyz")}, batch_size=[5])
+
+
+@pytest.mark.parametrize("how", HOWS)
+@pytest.mark.parametrize("subset", SUBSETS)
+def test_row_subsets_of_a_jagged_batch_round_trip(how, subset):
+    rows = row_numbers(5, SUBSETS[subset])
+    sub = take_rows(_five_rows(), SUBSETS[subset], how)
+    if how == "by_field" and isinstance(SUBSETS[subset], slice):  # a view of all five rows
+        assert nested.offsets(sub["tok"])[0] > 0
+        assert nested.values(sub["tok"]).numel() == sum(map(len, TOK))
+    ids = [f"r{i}" for i in rows]
+    s = InMemoryDataPlane()
+    s.put_samples(ids, "p", sub)
+    nested.values(sub["tok"]).add_(100)  # the store kept its own copy of just these rows
+    back = ids[::-1]
+    out = s.get_samples(back, "p")
+    want = [TOK[int(sid[1:])] for sid in back]
+    got = out["tok"].unbind() if out["tok"].is_nested else list(out["tok"])
+    assert [r.tolist() for r in got] == want
+    assert out["adv"].tolist() == [[2.0 * int(sid[1:]), 2.0 * int(sid[1:]) + 1] for sid in back]
+    assert out.get("meta").tolist() == ["vwxyz"[int(sid[1:])] for sid in back]
+    stored = sum(s._rows["p"][sid][("tok",)].numel() for sid in ids)
+    assert stored == sum(len(TOK[i]) for i in rows)  # rows' own values, not the whole buffer
