@@ -38,7 +38,9 @@ def check_ids(sample_ids) -> list[str]:
 
 def split_columns(td: TensorDictBase, prefix: Key = ()) -> dict[Key, list]:
     """Field -> one stored value per row. Rows are views of a private copy (so the caller
-    may reuse its buffers), made with one copy per field rather than one per row."""
+    may reuse its buffers), made with one copy per field rather than one per row. They come
+    from each field's own buffers, never from indexing the batch: tensordict 0.10 raises on
+    td[i:j] or td[ids] of a batch with a jagged field."""
     n = td.batch_size[0]
     out: dict[Key, list] = {}
     for name, v in td.items():
