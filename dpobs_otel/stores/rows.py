@@ -77,34 +77,36 @@ def selected_keys(rows: list[dict], select_fields) -> list[Key]:
 def assemble(values: list):
     """One field's column from its rows: dense when every row has one shape, jagged when they
     differ, a non-tensor stack otherwise (and for a read of no rows: nothing tells its type)."""
-    if not values:
-        return _empty_column()
-    first = values[0]
+    first = values[0] if values else None
     if not isinstance(first, torch.Tensor):
-        return NonTensorStack.from_list(values)
+        return _non_tensor_column(values)
     if all(v.shape == first.shape for v in values):
         return torch.stack(values)
     return torch.nested.as_nested_tensor(values, layout=torch.jagged)
 
 
+def _non_tensor_column(values: list):
+    """NonTensorStack.from_list(values), or where tensordict cannot hold that stack (0.10,
+    see _zero_size_stacks_settable), a column that reads back the same rows (tolist()): each
+    row kept whole as one NonTensorData, or for no rows an empty NonTensorData of batch (0,)."""
+    stack = NonTensorStack.from_list(values)
+    if 0 not in stack.batch_size or _zero_size_stacks_settable():
+        return stack
+    if not values:
+        return NonTensorData(data=[], batch_size=[0])
+    return NonTensorStack(*[NonTensorData(data=v, batch_size=[]) for v in values])
+
+
 @functools.cache
-def _empty_stack_settable() -> bool:
-    # tensordict 0.10's set() reads the names of an empty NonTensorStack through its first
-    # (absent) row and raises IndexError; later versions take it. Asked once, by trying.
+def _zero_size_stacks_settable() -> bool:
+    # from_list nests list rows into the stack's shape: a read of no rows, or rows that are
+    # all empty lists, make a 0 in it. tensordict 0.10's set() reads such a stack's names
+    # through its first (absent) element and raises IndexError; 0.15 takes it. Asked once.
     try:
-        TensorDict({}, batch_size=[0]).set("f", NonTensorStack.from_list([]))
+        TensorDict({}, batch_size=[1]).set("f", NonTensorStack.from_list([[]]))
     except IndexError:
         return False
     return True
-
-
-def _empty_column():
-    """The column of a read of no rows: an empty NonTensorStack where tensordict can hold
-    one, else (0.10) an empty NonTensorData, which reads back the same ([] of batch (0,))."""
-    if _empty_stack_settable():
-        return NonTensorStack.from_list([])
-    return NonTensorData(data=[], batch_size=[0])
-
 
 
 # -- row age's stamp (rowage.py): a per-row int beside the fields, never a field itself ---

@@ -4,7 +4,7 @@ import pytest
 import torch
 from helpers.payloads import three_rows as _batch  # the Mooncake tests mirror these cases
 from helpers.rowsel import HOWS, row_numbers, take_rows
-from tensordict import NonTensorStack, TensorDict, is_non_tensor
+from tensordict import NonTensorData, NonTensorStack, TensorDict, is_non_tensor
 
 from dpobs_otel import InMemoryDataPlane, connect_store, nested, serve_store
 
@@ -34,6 +34,25 @@ def test_a_read_of_no_rows_has_each_selected_field_empty():
     for key in out.keys():
         assert is_non_tensor(out.get(key)) and out.get(key).tolist() == []
     assert list(s.get_samples([], "p").keys()) == []
+
+
+EMPTYISH = {"all_empty": [[], [], []], "nested_empty": [[[]], [[]], [[]]],
+            "some_empty": [[1], [], [2, 3]], "empty_in_dict": [{"k": []}, {"k": []}, {}]}
+
+
+@pytest.mark.parametrize("rows", EMPTYISH)
+def test_non_tensor_rows_of_empty_lists_read_back_as_written(rows):
+    # from_list makes a stack with a 0 in its shape of rows that are all empty lists, which
+    # tensordict 0.10 cannot set into a TensorDict (rows.assemble); the put's batch holds
+    # each row whole, which every tensordict can.
+    values = EMPTYISH[rows]
+    meta = NonTensorStack(*[NonTensorData(data=v, batch_size=[]) for v in values])
+    s = InMemoryDataPlane()
+    s.put_samples(IDS, "p", TensorDict({"meta": meta}, [3]))
+    assert s.get_samples(IDS, "p").get("meta").tolist() == values
+    assert s.get_samples(["c", "a"], "p", ["meta"]).get("meta").tolist() == [values[2],
+                                                                            values[0]]
+    assert s.get_samples(["b"], "p").get("meta").tolist() == [values[1]]
 
 
 def test_uniform_jagged_rows_come_back_dense():
