@@ -6,8 +6,9 @@ in well under one. Each is pinned by tests/test_nested.py on the pinned torch, s
 that changes their meaning fails there, not as wrong byte counts or digests.
 
 - values: the packed buffer of every row, leading dim = sum of the row lengths it spans. It
-  may view a larger allocation: slicing leaves offsets[0] > 0, torch.nested.narrow sets
-  lengths.
+  may view a larger allocation: a view of some rows of a batch (built from a slice of its
+  offsets; torch has no dim-0 slice of a jagged tensor, tensordict 0.15 copies the rows out
+  and 0.10 raises) leaves offsets[0] > 0, torch.nested.narrow sets lengths.
 - offsets: int64 (rows + 1,); row i starts at offsets[i] in values.
 - lengths: None, or int64 (rows,) when rows do not tile values (a narrowed view); row i then
   spans values[offsets[i]:offsets[i] + lengths[i]].

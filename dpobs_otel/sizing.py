@@ -43,9 +43,9 @@ def tensor_nbytes(t: torch.Tensor) -> int:
 
 def _jagged_nbytes(t) -> int:
     # A jagged tensor's public numel/nbytes dispatch through __torch_function__; the values
-    # buffer answers two orders of magnitude faster (docs/performance.md). The buffer may view a larger
-    # allocation (torch.nested.narrow sets _lengths; slicing leaves offsets[0] > 0), so the
-    # row span comes from the offsets, never from the buffer's length.
+    # buffer answers two orders of magnitude faster (docs/performance.md). The buffer may view
+    # a larger allocation (torch.nested.narrow sets _lengths; a view of some rows leaves
+    # offsets[0] > 0), so the row span comes from the offsets, never from the buffer's length.
     values = nested.values(t)
     lengths = nested.lengths(t)
     rows = int(lengths.sum()) if lengths is not None else _offsets_span(nested.offsets(t))

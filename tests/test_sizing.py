@@ -44,10 +44,14 @@ def test_jagged_counts_values_not_padding(dtype):
 
 
 def test_jagged_views_of_a_larger_buffer():
-    # Slicing keeps the whole values buffer with offsets[0] > 0; narrow sets _lengths.
+    # A view of rows 1..2 keeps the whole values buffer with offsets[0] > 0 (built from the
+    # offsets: tensordict 0.10 cannot slice a jagged field, 0.15 copies the rows out); narrow
+    # sets _lengths.
     nt = _jagged([3, 5, 2, 4])
-    sliced = TensorDict({"t": nt}, batch_size=[4])[1:3]["t"]
+    sliced = torch.nested.nested_tensor_from_jagged(nested.values(nt), nested.offsets(nt)[1:4])
+    assert nested.offsets(sliced)[0] == 3 and nested.values(sliced).numel() == 14
     assert tensor_nbytes(sliced) == (5 + 2) * 8
+    assert payload_nbytes(TensorDict({"t": sliced}, batch_size=[2])) == (5 + 2) * 8
     base = torch.arange(40).reshape(4, 10)
     narrow = torch.nested.narrow(base, 1, torch.tensor([0, 2, 1, 0]), torch.tensor([2, 3, 1, 4]),
                                  layout=torch.jagged)

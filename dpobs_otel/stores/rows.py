@@ -3,10 +3,12 @@ batch into per-row values (stores.memory, adapters.mooncake): the put's checks, 
 into per-row columns, which fields a read returns, and a column put back together."""
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch
 
-from tensordict import NonTensorData, NonTensorStack, TensorDictBase
+from tensordict import NonTensorData, NonTensorStack, TensorDict, TensorDictBase
 
 from .. import nested
 
@@ -36,7 +38,9 @@ def check_ids(sample_ids) -> list[str]:
 
 def split_columns(td: TensorDictBase, prefix: Key = ()) -> dict[Key, list]:
     """Field -> one stored value per row. Rows are views of a private copy (so the caller
-    may reuse its buffers), made with one copy per field rather than one per row."""
+    may reuse its buffers), made with one copy per field rather than one per row. They come
+    from each field's own buffers, never from indexing the batch: tensordict 0.10 raises on
+    td[i:j] or td[ids] of a batch with a jagged field."""
     n = td.batch_size[0]
     out: dict[Key, list] = {}
     for name, v in td.items():
@@ -71,13 +75,38 @@ def selected_keys(rows: list[dict], select_fields) -> list[Key]:
 
 
 def assemble(values: list):
+    """One field's column from its rows: dense when every row has one shape, jagged when they
+    differ, a non-tensor stack otherwise (and for a read of no rows: nothing tells its type)."""
     first = values[0] if values else None
     if not isinstance(first, torch.Tensor):
-        return NonTensorStack.from_list(values)
+        return _non_tensor_column(values)
     if all(v.shape == first.shape for v in values):
         return torch.stack(values)
     return torch.nested.as_nested_tensor(values, layout=torch.jagged)
 
+
+def _non_tensor_column(values: list):
+    """NonTensorStack.from_list(values), or where tensordict cannot hold that stack (0.10,
+    see _zero_size_stacks_settable), a column that reads back the same rows (tolist()): each
+    row kept whole as one NonTensorData, or for no rows an empty NonTensorData of batch (0,)."""
+    stack = NonTensorStack.from_list(values)
+    if 0 not in stack.batch_size or _zero_size_stacks_settable():
+        return stack
+    if not values:
+        return NonTensorData(data=[], batch_size=[0])
+    return NonTensorStack(*[NonTensorData(data=v, batch_size=[]) for v in values])
+
+
+@functools.cache
+def _zero_size_stacks_settable() -> bool:
+    # from_list nests list rows into the stack's shape: a read of no rows, or rows that are
+    # all empty lists, make a 0 in it. tensordict 0.10's set() reads such a stack's names
+    # through its first (absent) element and raises IndexError; 0.15 takes it. Asked once.
+    try:
+        TensorDict({}, batch_size=[1]).set("f", NonTensorStack.from_list([[]]))
+    except IndexError:
+        return False
+    return True
 
 
 # -- row age's stamp (rowage.py): a per-row int beside the fields, never a field itself ---

@@ -37,8 +37,9 @@ def test_rows_without_digests_count_unverified_never_clean(guarded):
 def test_mixed_read_checks_the_digested_rows_and_counts_only_the_others(guarded, caplog):
     tel, client, store = guarded
     caplog.set_level(logging.INFO, logger=GUARD_LOG)
-    client.put_samples(IDS[:4], "mix", batch()[:4].exclude("tok"))
-    store.put_samples(IDS[4:], "mix", batch()[4:].exclude("tok"))  # around the guard
+    # tok excluded before the rows are sliced: tensordict 0.10 cannot slice a jagged field
+    client.put_samples(IDS[:4], "mix", batch().exclude("tok")[:4])
+    store.put_samples(IDS[4:], "mix", batch().exclude("tok")[4:])  # around the guard
     store._rows["mix"]["s1"][("fp32",)] = store._rows["mix"]["s1"][("fp32",)] + 1
     out = client.get_samples(IDS, "mix", ["fp32", "bf16"])  # KeyError: s4..s7 lack digests
     assert set(out.keys()) == {"fp32", "bf16"}
