@@ -27,6 +27,8 @@ _FIELD = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|\S+)')
 NATIVE_REFUSAL = re.compile(r"native histogram", re.I)
 SENT = "prometheus_remote_storage_queue_highest_sent_timestamp_seconds"
 _SENT_LINE = re.compile(SENT + r'\{[^}]*remote_name="([^"]+)"[^}]*\} (\S+)')
+_FAILED_LINE = re.compile(r'prometheus_remote_storage_(?:samples|histograms)_(?:failed|retried)'
+                          r'_total\{[^}]*remote_name="([^"]+)"[^}]*\} (\S+)')
 
 
 def log_fields(line: str) -> dict[str, str]:
@@ -44,6 +46,14 @@ def sent_timestamps(metrics_text: str) -> dict[str, float]:
     return {name: float(v) for name, v in _SENT_LINE.findall(metrics_text)}
 
 
+def failures(metrics_text: str) -> dict[str, float]:
+    """Per queue, samples and histograms failed or retried so far."""
+    out: dict[str, float] = {}
+    for name, v in _FAILED_LINE.findall(metrics_text):
+        out[name] = out.get(name, 0.0) + float(v)
+    return out
+
+
 class Watch:
     def __init__(self, url: str, metrics_url: str, stall_s: float = 60, repeat_s: float = 300,
                  on_native_refused: Callable[[str], None] | None = None,
@@ -57,6 +67,7 @@ class Watch:
         self.last_error: dict[str, str] = {}
         self.reported: dict[str, float] = {}
         self.sent: dict[str, float] = {}
+        self.fails: dict[str, float] = {}
         self.dropped: set[str] = set()  # queues the config no longer has
         self.reload = threading.Event()  # the supervisor sends prometheus SIGHUP on it
 
@@ -87,7 +98,9 @@ class Watch:
         """Read the queues' progress; print the error of a queue stalled too long."""
         try:
             with urllib.request.urlopen(self.metrics_url, timeout=5) as r:
-                self.accepted(sent_timestamps(r.read().decode()))
+                text = r.read().decode()
+            self.accepted(sent_timestamps(text))
+            self.failed(failures(text))
         except OSError:  # not listening yet, or restarting: nothing learnt
             pass
         self.report()
@@ -99,6 +112,16 @@ class Watch:
                     self.failing_since.pop(queue, None)
                     self.reported.pop(queue, None)
                 self.sent[queue] = max(ts, self.sent.get(queue, 0))
+
+    def failed(self, counts: dict[str, float]) -> None:
+        """Failures counted since the last poll start a stall too: prometheus logs an
+        identical error once a minute at most, so a log line alone can miss one."""
+        now = self.clock()
+        with self.lock:
+            for queue, total in counts.items():
+                if total > self.fails.get(queue, total) and queue not in self.dropped:
+                    self.failing_since.setdefault(queue, now)
+                self.fails[queue] = total
 
     def report(self) -> None:
         now = self.clock()
@@ -121,5 +144,5 @@ class Watch:
         """A queue the config no longer has."""
         with self.lock:
             self.dropped.add(queue)
-            for d in (self.failing_since, self.last_error, self.reported, self.sent):
+            for d in (self.failing_since, self.last_error, self.reported, self.sent, self.fails):
                 d.pop(queue, None)

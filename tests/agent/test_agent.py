@@ -23,7 +23,7 @@ import dpobs_otel as dpobs
 from dpobs_otel.cli import main
 from dpobs_otel.agent.config import (CLASSIC_QUEUE, NATIVE_QUEUE, AgentError, TLSFiles,
                                      agent_config, check_url, parse_header, without_native)
-from dpobs_otel.agent.watch import SENT, Watch, log_fields, sent_timestamps
+from dpobs_otel.agent.watch import SENT, Watch, failures, log_fields, sent_timestamps
 from dpobs_otel.agent.process import agent_flag, binary_version, header_warning
 from dpobs_otel.names import OP_DURATION_NATIVE_SERIES
 from dpobs_otel.exporters.filesd import boot_id
@@ -434,6 +434,19 @@ def test_a_stalled_queue_is_one_error_then_one_every_repeat(capsys):
     clock.t += 600
     w.report()
     assert capsys.readouterr().err == ""
+    # failing again with the same answer, which prometheus does not log twice in a minute:
+    # its retry counter says so
+    text = ('prometheus_remote_storage_samples_retried_total{remote_name="%s",url="u"} %d\n'
+            'prometheus_remote_storage_histograms_retried_total{remote_name="%s",url="u"} 0\n')
+    w.failed(failures(text % (CLASSIC_QUEUE, 10, CLASSIC_QUEUE)))
+    w.failed(failures(text % (CLASSIC_QUEUE, 10, CLASSIC_QUEUE)))
+    clock.t += 60
+    w.report()
+    assert capsys.readouterr().err == ""  # no new failures: not failing
+    w.failed(failures(text % (CLASSIC_QUEUE, 25, CLASSIC_QUEUE)))
+    clock.t += 60
+    w.report()
+    assert "for 60 s; its last answer: server returned HTTP status 500" in capsys.readouterr().err
 
 
 def test_only_a_native_refusal_of_the_native_queue_ends_it_once():
