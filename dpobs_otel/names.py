@@ -131,6 +131,7 @@ ALERT_OPERATION_ERRORS = "DpobsOperationErrors"
 ALERT_OUTSTANDING_GROWING = "DpobsOutstandingBytesGrowing"
 ALERT_TARGET_DOWN = "DpobsTargetDown"
 ALERT_AGENT_DOWN = "DpobsAgentDown"
+ALERT_AGENT_DELIVERY_FAILING = "DpobsAgentDeliveryFailing"
 ALERT_OVERHEAD_HIGH = "DpobsInstrumentationOverheadHigh"
 ALERT_INSTRUMENTATION_ERRORS = "DpobsInstrumentationErrors"
 

@@ -17,9 +17,10 @@ import socket
 import sys
 import tempfile
 
-from .config import (DEFAULT_LISTEN, AgentError, TLSFiles, agent_config, check_listen,
-                     parse_header, render)
+from .config import (DEFAULT_LISTEN, NATIVE_MODES, AgentError, TLSFiles, agent_config,
+                     check_listen, parse_header, render, without_native)
 from .process import _version, agent_flag, command, find_binary, header_warning, supervise
+from .watch import Watch
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sd-dir", required=True, help="the node-local file_sd directory "
@@ -36,6 +37,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--print-config", action="store_true", help="print the config and exit")
     p.add_argument("--cleanup-interval", type=float, default=30.0, metavar="SECONDS",
                    help="how often to remove targets of dead processes (default 30)")
+    p.add_argument("--native-histograms", choices=NATIVE_MODES, default="auto",
+                   help="send the op duration's native histogram in a queue of its own: "
+                   "auto (default) until the receiver refuses it, then classic series only; "
+                   "always (keep retrying; DpobsAgentDeliveryFailing fires); never")
+    p.add_argument("--delivery-error-after", type=float, default=60.0, metavar="SECONDS",
+                   help="print an error when a queue had no batch accepted for this long "
+                   "while its sends fail (default 60)")
+    p.add_argument("--delivery-error-every", type=float, default=300.0, metavar="SECONDS",
+                   help="and again this often while it lasts (default 300)")
     rw = p.add_argument_group("remote write (what Mimir, Cortex, Thanos, VictoriaMetrics need)")
     rw.add_argument("--header", action="append", default=[], metavar="'NAME: VALUE'",
                     help="extra header, repeatable (e.g. 'X-Scope-OrgID: team-a')")
@@ -74,7 +84,8 @@ def config_from_args(args) -> dict:
                         args.scrape_interval, listen=args.listen,
                         headers=dict(map(parse_header, args.header)),
                         bearer_token_file=args.bearer_token_file, basic_auth=basic,
-                        tls=_tls(args, "remote_write"), scrape_tls=_tls(args, "scrape"))
+                        tls=_tls(args, "remote_write"), scrape_tls=_tls(args, "scrape"),
+                        native=args.native_histograms != "never")
 
 
 def run(args) -> int:
@@ -101,7 +112,27 @@ def run(args) -> int:
     with open(config_file, "w") as f:
         f.write(render(cfg))
     argv = command(binary, version, config_file, storage, args.listen, args.prometheus_arg)
-    return supervise(argv, args.sd_dir, args.cleanup_interval)
+    return supervise(argv, args.sd_dir, args.cleanup_interval,
+                     _watch(args, cfg, config_file))
+
+
+def _watch(args, cfg: dict, config_file: str) -> Watch:
+    """The queues' watch; in auto mode a native refusal rewrites the config without the
+    native queue (the supervisor then reloads prometheus), so its WAL segments are not
+    kept for a queue retried forever."""
+    def drop_native(err: str) -> None:
+        with open(config_file, "w") as f:
+            f.write(render(without_native(cfg)))
+        print(f"dpobs agent: {args.remote_write} refuses native histograms ({err}); "
+              "reloading without the native queue: classic series only from now on "
+              "(--native-histograms never skips the attempt)", file=sys.stderr, flush=True)
+    host, port = check_listen(args.listen)
+    if host in ("0.0.0.0", "::", ""):
+        host = "127.0.0.1"
+    host = f"[{host}]" if ":" in host else host
+    return Watch(args.remote_write, f"http://{host}:{port}/metrics",
+                 stall_s=args.delivery_error_after, repeat_s=args.delivery_error_every,
+                 on_native_refused=drop_native if args.native_histograms == "auto" else None)
 
 
 def _safe(text: str) -> str:

@@ -10,9 +10,18 @@ from dataclasses import dataclass
 
 import yaml
 
+from ..names import OP_DURATION_NATIVE_SERIES
+
 DEFAULT_LISTEN = "127.0.0.1:9095"
 SCRAPE_JOB = "dpobs"
 SELF_JOB = "dpobs-agent"
+# Two queues to the one receiver: the classic series (everything but the native family)
+# and the native histograms alone. A receiver without native histograms refuses a whole
+# batch that holds one (Prometheus 2.x without the flag answers 500 and keeps nothing of
+# it), so the native family never shares a batch with a classic series.
+CLASSIC_QUEUE = "dpobs-central"
+NATIVE_QUEUE = "dpobs-central-native"
+NATIVE_MODES = ("auto", "always", "never")
 # The agent's own series it forwards: enough to see it deliver, lag or drop (its full
 # self-metrics are ~1000 series per node, which the central side would pay for). `up` and
 # scrape_* are kept anyway: metric relabeling does not apply to them.
@@ -22,6 +31,10 @@ SELF_METRICS = ("process_cpu_seconds_total|process_resident_memory_bytes|"
                 "prometheus_remote_storage_samples_retried_total|"
                 "prometheus_remote_storage_samples_dropped_total|"
                 "prometheus_remote_storage_samples_pending|"
+                "prometheus_remote_storage_histograms_total|"
+                "prometheus_remote_storage_histograms_failed_total|"
+                "prometheus_remote_storage_histograms_retried_total|"
+                "prometheus_remote_storage_histograms_pending|"
                 "prometheus_remote_storage_highest_timestamp_in_seconds|"
                 "prometheus_remote_storage_queue_highest_sent_timestamp_seconds")
 # Headers Prometheus sets itself or refuses in remote_write.headers.
@@ -103,9 +116,10 @@ def parse_header(text: str) -> tuple[str, str]:
 
 def _remote_write(url: str, headers: dict[str, str] | None, bearer_token_file: str | None,
                   basic_auth: tuple[str, str] | None, tls: TLSFiles | None) -> dict:
+    """The classic queue: every series but the native family, no native histograms."""
     rw: dict = {
         "url": check_url(url),
-        "name": "dpobs-central",
+        "name": CLASSIC_QUEUE,
         "remote_timeout": "30s",
         # Recoverable failures (connection refused, 5xx, and 429 here) retry forever with
         # backoff while the WAL holds the samples: a central restart loses nothing. Shards
@@ -115,9 +129,9 @@ def _remote_write(url: str, headers: dict[str, str] | None, bearer_token_file: s
                          "min_backoff": "30ms", "max_backoff": "5s",
                          "retry_on_http_429": True},
         "metadata_config": {"send": True, "send_interval": "1m"},
-        # The op duration's native histogram (scraped with the agent's native-histograms
-        # flag) is dropped at the remote write without this; the receiver needs the flag too.
-        "send_native_histograms": True,
+        "write_relabel_configs": [{"source_labels": ["__name__"],
+                                   "regex": OP_DURATION_NATIVE_SERIES, "action": "drop"}],
+        "send_native_histograms": False,
     }
     if headers:
         rw["headers"] = dict(headers)
@@ -135,16 +149,39 @@ def _remote_write(url: str, headers: dict[str, str] | None, bearer_token_file: s
     return rw
 
 
+def native_queue(classic: dict) -> dict:
+    """The native queue: the same receiver, auth, TLS and headers as `classic`, carrying only
+    the op duration's native histogram (scraped with the agent's native-histograms flag).
+    Its own WAL position and retries: a receiver refusing it never holds a classic batch."""
+    rw = {k: v for k, v in classic.items() if k not in ("write_relabel_configs",
+                                                         "metadata_config")}
+    rw["name"] = NATIVE_QUEUE
+    rw["queue_config"] = dict(classic["queue_config"], max_shards=5)
+    rw["metadata_config"] = {"send": False}  # the classic queue sends it once
+    rw["write_relabel_configs"] = [{"source_labels": ["__name__"],
+                                    "regex": OP_DURATION_NATIVE_SERIES, "action": "keep"}]
+    rw["send_native_histograms"] = True
+    return rw
+
+
+def without_native(config: dict) -> dict:
+    """`config` with its native queue removed (what the agent reloads with when the receiver
+    refuses native histograms)."""
+    return dict(config, remote_write=[rw for rw in config["remote_write"]
+                                      if rw["name"] != NATIVE_QUEUE])
+
+
 def agent_config(sd_dir: str, remote_write_url: str, node: str, scrape_interval: str = "15s",
                  *, listen: str = DEFAULT_LISTEN, headers: dict[str, str] | None = None,
                  bearer_token_file: str | None = None,
                  basic_auth: tuple[str, str] | None = None, tls: TLSFiles | None = None,
-                 scrape_tls: TLSFiles | None = None) -> dict:
+                 scrape_tls: TLSFiles | None = None, native: bool = True) -> dict:
     """The agent's Prometheus config. Pure: validates and returns a dict, touches nothing.
 
     Targets keep the labels their file gives them (job, role, rank); `node` is an external
     label, added to every sample the agent sends. The agent also scrapes itself (job
-    dpobs-agent, a dozen series) so the central side can tell that a node's agent delivers."""
+    dpobs-agent, a dozen series) so the central side can tell that a node's agent delivers.
+    Two remote-write queues (native=False: the classic one only), see CLASSIC_QUEUE."""
     if not node:
         raise AgentError("node name must not be empty")
     check_duration(scrape_interval, "scrape interval")
@@ -166,11 +203,11 @@ def agent_config(sd_dir: str, remote_write_url: str, node: str, scrape_interval:
         "metric_relabel_configs": [{"source_labels": ["__name__"], "regex": SELF_METRICS,
                                     "action": "keep"}],
     }
+    classic = _remote_write(remote_write_url, headers, bearer_token_file, basic_auth, tls)
     return {
         "global": {"scrape_interval": scrape_interval, "external_labels": {"node": node}},
         "scrape_configs": [dpobs_job, self_job],
-        "remote_write": [_remote_write(remote_write_url, headers, bearer_token_file,
-                                       basic_auth, tls)],
+        "remote_write": [classic] + ([native_queue(classic)] if native else []),
     }
 
 

@@ -10,9 +10,14 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
+import time
 
 from ..exporters.filesd import sweep
 from .config import AgentError
+from .watch import Watch
+
+POLL_S = 2.0  # how often the queues' progress is read
 
 def find_binary(path: str | None) -> str:
     found = shutil.which(path or "prometheus")
@@ -63,34 +68,61 @@ def agent_flag(version: tuple[int, int]) -> str:
 def command(binary: str, version: tuple[int, int], config_file: str, storage: str,
             listen: str, extra: list[str] = ()) -> list[str]:
     # native-histograms: scrape the protobuf exposition and its native histograms (2.x needs
-    # the flag; 3.x accepts it), forwarded because the remote_write says send_native_histograms.
+    # the flag; 3.x accepts it), forwarded by the native queue (send_native_histograms).
+    # flush-deadline: a reload that drops a queue retried forever (a refused native queue)
+    # waits this long for it (default 1m, with the reload and new targets held meanwhile).
     return [binary, agent_flag(version), "--enable-feature=native-histograms",
+            "--storage.remote.flush-deadline=10s",
             f"--config.file={config_file}", f"--storage.agent.path={storage}",
             f"--web.listen-address={listen}", *extra]
 
 
-def supervise(argv: list[str], sd_dir: str, cleanup_interval: float) -> int:
+def supervise(argv: list[str], sd_dir: str, cleanup_interval: float,
+              watch: Watch | None = None) -> int:
     """Run argv in the foreground until it exits; forward SIGTERM/SIGINT; sweep sd_dir at
-    start and every cleanup_interval seconds. Returns the child's exit status (128+N when
-    a signal N ended it, as a shell reports it)."""
+    start and every cleanup_interval seconds. With a `watch`, the child's log passes through
+    it (and on to stderr), its queues are polled, and a reload it asks for is a SIGHUP.
+    Returns the child's exit status (128+N when a signal N ended it, as a shell reports it)."""
     _report_swept(sweep(sd_dir, node_local=True))
-    child = subprocess.Popen(argv, preexec_fn=_die_with_parent)
+    child = subprocess.Popen(argv, preexec_fn=_die_with_parent,
+                             stderr=subprocess.PIPE if watch else None)
+    if watch:
+        threading.Thread(target=_pass_log, args=(child.stderr, watch), daemon=True).start()
     forwarded = {}
     def forward(signum, _frame):
         child.send_signal(signum)
     for sig in (signal.SIGTERM, signal.SIGINT):
         forwarded[sig] = signal.signal(sig, forward)
+    tick = min(max(cleanup_interval, 0.1), POLL_S) if watch else max(cleanup_interval, 0.1)
+    next_sweep = time.monotonic() + cleanup_interval
     try:
         while True:
             try:
-                code = child.wait(timeout=max(cleanup_interval, 0.1))
+                code = child.wait(timeout=tick)
                 break
             except subprocess.TimeoutExpired:
+                pass
+            if time.monotonic() >= next_sweep:
                 _report_swept(sweep(sd_dir, node_local=True))
+                next_sweep = time.monotonic() + cleanup_interval
+            if watch:
+                if watch.reload.is_set():
+                    watch.reload.clear()
+                    child.send_signal(signal.SIGHUP)  # prometheus rereads its config
+                watch.poll()
     finally:
         for sig, old in forwarded.items():
             signal.signal(sig, old)
     return 128 - code if code < 0 else code
+
+
+def _pass_log(stream, watch: Watch) -> None:
+    """The child's stderr, line by line, to ours and to the watch."""
+    for raw in stream:
+        text = raw.decode(errors="replace")
+        sys.stderr.write(text)
+        sys.stderr.flush()
+        watch.line(text)
 
 
 def _die_with_parent() -> None:

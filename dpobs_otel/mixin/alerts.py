@@ -10,6 +10,7 @@ without that, a single corrupted row or guard failure would never alert.
 from __future__ import annotations
 
 from .. import names as n
+from ..agent.config import SELF_JOB
 from .config import Config
 from .render import Group, Rule, rule_file
 
@@ -177,6 +178,40 @@ def _agent_down(c: Config) -> Rule:
         threshold=f">{stale}")
 
 
+def _agent_delivery(c: Config) -> Rule:
+    # The agent's own series (its self-scrape, job dpobs-agent) ride its classic queue, so
+    # they arrive while its native queue is the one failing.
+    agent = f'job="{SELF_JOB}"'
+    per = c.by("node", "remote_name")
+
+    def total(fn: str, *suffixes: str) -> str:
+        # one sum per metric, added: rate() over a regex on __name__ drops the names and
+        # leaves samples and histograms of a queue with one labelset, an error
+        def one(metric: str) -> str:
+            return f"{fn}({metric}[{c.agent_delivery_window}])" if fn else metric
+        return "\n  + ".join(
+            f"sum {per} ({one(f'prometheus_remote_storage_{kind}_{suffix}{{{agent}}}')})"
+            for suffix in suffixes for kind in ("samples", "histograms"))
+    failing = f"(\n    {total('rate', 'failed_total', 'retried_total')}\n) > 0"
+    behind = (f"(\n    max {c.by('node')} (prometheus_remote_storage_highest_timestamp_in_seconds"
+              f"{{{agent}}})\n  - {c.on('node')} group_right\n"
+              f"    max {per} (prometheus_remote_storage_queue_highest_sent_timestamp_seconds"
+              f"{{{agent}}})\n) > {c.agent_delivery_lag_seconds}\n"
+              f"  and {c.on('node', 'remote_name')}\n(\n    {total('', 'pending')}\n) > 0")
+    return _alert(
+        c, n.ALERT_AGENT_DELIVERY_FAILING, "warning", f"{failing}\n  or\n{behind}\n",
+        c.agent_delivery_for,
+        "A node's dpobs agent is up but its remote writes fail, are refused or fall behind.",
+        "Queue {{ $labels.remote_name }} of the agent on node {{ $labels.node }} has had"
+        " failed or retried sends, or is behind by more than"
+        f" {c.agent_delivery_lag_seconds} s with samples pending, for {c.agent_delivery_for}."
+        " Its log names the receiver's answer; the samples wait in its WAL.",
+        "Retries over the window catch a receiver that refuses every batch (a 5xx is retried\n"
+        "forever, and samples_failed_total stays 0); the lag catches one that accepts too\n"
+        "slowly. An idle queue (nothing pending) is never behind. A short receiver outage\n"
+        "retries for less than the window plus `for:` and stays silent.")
+
+
 def _instrumentation(c: Config) -> list[Rule]:
     top = _query(f"topk(1, sum by (component) (rate({n.INSTR_TIME_SERIES}"
                  "{job=%q}[5m])))", "$labels.job")
@@ -199,7 +234,7 @@ def _instrumentation(c: Config) -> list[Rule]:
 
 def alert_groups(c: Config) -> list[Group]:
     return [Group("dpobs-wire-guard", _guard(c)), Group("dpobs-data-plane", _data_plane(c)),
-            Group("dpobs-targets", _targets(c) + [_agent_down(c)]),
+            Group("dpobs-targets", _targets(c) + [_agent_down(c), _agent_delivery(c)]),
             Group("dpobs-instrumentation", _instrumentation(c))]
 
 

@@ -54,6 +54,11 @@ class Config:
     # node's is fresher, for this long.
     agent_stale_seconds: int = 120
     agent_down_for: str = "2m"
+    # DpobsAgentDeliveryFailing: an agent queue's sends failed or were retried within the
+    # window, or it is behind by more than lag seconds with samples pending, for this long.
+    agent_delivery_window: str = "5m"
+    agent_delivery_lag_seconds: int = 300
+    agent_delivery_for: str = "10m"
     # Wire guard alerts.
     guard_all_mismatched_for: str = "15m"
     guard_failing_for: str = "5m"

@@ -6,6 +6,7 @@ import time
 
 import pytest
 from helpers.multinode import OUTAGE_S, PROCESSES, Cluster, require_namespaces, wait_for
+from helpers.receivers import Run
 
 
 @pytest.fixture(scope="module")
@@ -29,3 +30,17 @@ def cluster(tmp_path_factory):
         yield c
     finally:
         c.close()
+
+
+@pytest.fixture
+def run_against(tmp_path):
+    runs = []
+
+    def make(receiver, native_modes):
+        r = Run(tmp_path, receiver, native_modes)
+        runs.append(r)
+        r.start()
+        return r
+    yield make
+    for r in runs:
+        r.close()

@@ -21,7 +21,9 @@ import yaml
 
 import dpobs_otel as dpobs
 from dpobs_otel.cli import main
-from dpobs_otel.agent.config import AgentError, TLSFiles, agent_config, check_url, parse_header
+from dpobs_otel.agent.config import (CLASSIC_QUEUE, NATIVE_QUEUE, AgentError, TLSFiles,
+                                     agent_config, check_url, parse_header, without_native)
+from dpobs_otel.agent.watch import SENT, Watch, failures, log_fields, sent_timestamps
 from dpobs_otel.agent.process import agent_flag, binary_version, header_warning
 from dpobs_otel.names import OP_DURATION_NATIVE_SERIES
 from dpobs_otel.exporters.filesd import boot_id
@@ -44,20 +46,31 @@ def test_config_discovers_the_directory_and_labels_the_node(tmp_path):
     assert dpobs_job["file_sd_configs"][0]["files"] == [str(tmp_path / "*.json")]
     assert dpobs_job["scrape_timeout"] == "5s" and "scheme" not in dpobs_job
     assert self_job["static_configs"] == [{"targets": ["127.0.0.1:9095"]}]
-    [rw] = cfg["remote_write"]
+    [rw, native] = cfg["remote_write"]
     assert rw["url"] == URL and rw["queue_config"]["retry_on_http_429"] is True
     assert not {"headers", "authorization", "basic_auth", "tls_config"} & set(rw)
+    # the classic queue never carries a native histogram; the native queue nothing else
+    assert rw["send_native_histograms"] is False
+    assert rw["write_relabel_configs"] == [{"source_labels": ["__name__"], "action": "drop",
+                                            "regex": OP_DURATION_NATIVE_SERIES}]
+    assert native["send_native_histograms"] is True and native["url"] == URL
+    assert native["write_relabel_configs"][0]["action"] == "keep"
+    assert native["write_relabel_configs"][0]["regex"] == OP_DURATION_NATIVE_SERIES
+    assert native["metadata_config"] == {"send": False}
+    assert [q["name"] for q in without_native(cfg)["remote_write"]] == [CLASSIC_QUEUE]
+    assert [q["name"] for q in agent_config(str(tmp_path), URL, "n", native=False)[
+        "remote_write"]] == [CLASSIC_QUEUE]
 
 
 def test_config_carries_headers_auth_and_tls(tmp_path):
     tls = TLSFiles(ca_file="/ca.pem", cert_file="/c.pem", key_file="/c.key")
     cfg = agent_config(str(tmp_path), URL, "n", headers={"X-Scope-OrgID": "t1"},
                        bearer_token_file="/tok", tls=tls, scrape_tls=TLSFiles(ca_file="/s.pem"))
-    rw = cfg["remote_write"][0]
-    assert rw["headers"] == {"X-Scope-OrgID": "t1"}
-    assert rw["authorization"] == {"type": "Bearer", "credentials_file": "/tok"}
-    assert rw["tls_config"] == {"ca_file": "/ca.pem", "cert_file": "/c.pem",
-                                "key_file": "/c.key", "insecure_skip_verify": False}
+    for rw in cfg["remote_write"]:  # both queues: the native one is sent as the classic
+        assert rw["headers"] == {"X-Scope-OrgID": "t1"}
+        assert rw["authorization"] == {"type": "Bearer", "credentials_file": "/tok"}
+        assert rw["tls_config"] == {"ca_file": "/ca.pem", "cert_file": "/c.pem",
+                                    "key_file": "/c.key", "insecure_skip_verify": False}
     job = cfg["scrape_configs"][0]
     assert job["scheme"] == "https"
     assert job["tls_config"] == {"ca_file": "/s.pem", "insecure_skip_verify": False}
@@ -368,5 +381,122 @@ def test_receiver_gets_basic_auth(tmp_path):
             got = wait_for(lambda: server.RequestHandlerClass.seen, timeout=60)
             want = "Basic " + base64.b64encode(b"alice:hunter2").decode()
             assert got[0]["Authorization"] == want
+    finally:
+        server.shutdown()
+
+
+# -- the watch on the queues -------------------------------------------------------------------
+REFUSED = ('ts=2026-12-03T06:00:37.521Z caller=dedupe.go:112 component=remote level=warn '
+           'remote_name={q} url=http://c/api/v1/write msg="Failed to send batch, retrying" '
+           'err="server returned HTTP status 500 Internal Server Error: {answer}"\n')
+
+
+class Clock:
+    def __init__(self):
+        self.t = 1000.0
+
+    def __call__(self):
+        return self.t
+
+
+def test_log_fields_undo_logfmt_quoting():
+    line = REFUSED.format(q=CLASSIC_QUEUE, answer='say \\"no\\"')
+    f = log_fields(line)
+    assert f["remote_name"] == CLASSIC_QUEUE and f["msg"] == "Failed to send batch, retrying"
+    assert f["err"].endswith('say "no"')
+    assert sent_timestamps('x{a="b"} 1\n' + SENT + '{remote_name="q",url="u"} 17.5\n') == \
+        {"q": 17.5}
+
+
+def test_a_stalled_queue_is_one_error_then_one_every_repeat(capsys):
+    clock = Clock()
+    w = Watch("http://c/api/v1/write", "http://127.0.0.1:9/metrics", stall_s=60, repeat_s=300,
+              clock=clock)
+    w.accepted({CLASSIC_QUEUE: 5.0})
+    w.line(REFUSED.format(q=CLASSIC_QUEUE, answer="overloaded"))
+    for dt in (30, 29):  # under a minute: nothing yet
+        clock.t += dt
+        w.report()
+    assert capsys.readouterr().err == ""
+    clock.t += 1
+    w.report()
+    w.report()
+    err = capsys.readouterr().err
+    assert err.count("dpobs agent: error:") == 1
+    assert "queue dpobs-central for 60 s" in err and "500 Internal Server Error: overloaded" in err
+    clock.t += 299
+    w.report()
+    assert capsys.readouterr().err == ""
+    clock.t += 1
+    w.report()
+    assert capsys.readouterr().err.count("for 360 s") == 1
+    w.accepted({CLASSIC_QUEUE: 6.0})  # a batch accepted: the failure is over
+    clock.t += 600
+    w.report()
+    assert capsys.readouterr().err == ""
+    # failing again with the same answer, which prometheus does not log twice in a minute:
+    # its retry counter says so
+    text = ('prometheus_remote_storage_samples_retried_total{remote_name="%s",url="u"} %d\n'
+            'prometheus_remote_storage_histograms_retried_total{remote_name="%s",url="u"} 0\n')
+    w.failed(failures(text % (CLASSIC_QUEUE, 10, CLASSIC_QUEUE)))
+    w.failed(failures(text % (CLASSIC_QUEUE, 10, CLASSIC_QUEUE)))
+    clock.t += 60
+    w.report()
+    assert capsys.readouterr().err == ""  # no new failures: not failing
+    w.failed(failures(text % (CLASSIC_QUEUE, 25, CLASSIC_QUEUE)))
+    clock.t += 60
+    w.report()
+    assert "for 60 s; its last answer: server returned HTTP status 500" in capsys.readouterr().err
+
+
+def test_only_a_native_refusal_of_the_native_queue_ends_it_once():
+    calls = []
+    w = Watch("u", "m", on_native_refused=calls.append)
+    w.line(REFUSED.format(q=CLASSIC_QUEUE, answer="native histograms are disabled"))
+    w.line(REFUSED.format(q=NATIVE_QUEUE, answer="out of memory"))
+    assert calls == [] and not w.reload.is_set()
+    for _ in range(2):
+        w.line(REFUSED.format(q=NATIVE_QUEUE, answer="native histograms are disabled"))
+    assert calls == ["server returned HTTP status 500 Internal Server Error: native histograms "
+                     "are disabled"]
+    assert w.reload.is_set() and NATIVE_QUEUE not in w.failing_since
+    # a 4xx naming them (Prometheus drops that batch: "non-recoverable error") ends it too
+    four = Watch("u", "m", on_native_refused=calls.append)
+    four.line(f'level=error remote_name={NATIVE_QUEUE} msg="non-recoverable error" count=3 '
+              'err="server returned HTTP status 400 Bad Request: native histograms disabled"')
+    assert four.reload.is_set() and len(calls) == 2
+
+
+class Refuse(http.server.BaseHTTPRequestHandler):
+    """A receiver that answers every write 503 (an overloaded or broken one)."""
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.send_response(503)
+        self.end_headers()
+        self.wfile.write(b"all ingesters are gone\n")
+
+    def log_message(self, *a):
+        pass
+
+
+@pytest.mark.slow
+@needs_prometheus
+def test_total_failure_is_one_clear_error_then_again_while_it_lasts(tmp_path):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Refuse)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/api/v1/write"
+    extra = ["--delivery-error-after", "3", "--delivery-error-every", "8"]
+    try:
+        with Agent(str(tmp_path / "sd"), url, "n", extra=extra) as agent:
+            def errors():
+                return [ln for ln in agent.log().splitlines()
+                        if ln.startswith("dpobs agent: error:")]
+            first = wait_for(errors, timeout=60)
+            assert f"{url} has accepted no batch of queue {CLASSIC_QUEUE}" in first[0]
+            assert "503 Service Unavailable: all ingesters are gone" in first[0]
+            both = wait_for(lambda: len(errors()) >= 2 and errors(), timeout=30)
+            assert len(both) == 2, both  # not one per failed send: one per period
+            agent.kill()  # a graceful stop would wait out the flush deadline on the refusals
     finally:
         server.shutdown()
