@@ -17,6 +17,7 @@ import socket
 import sys
 import tempfile
 
+from ..names import ALERT_AGENT_DELIVERY_FAILING
 from .config import (DEFAULT_LISTEN, NATIVE_MODES, AgentError, TLSFiles, agent_config,
                      check_listen, parse_header, render, without_native)
 from .process import _version, agent_flag, command, find_binary, header_warning, supervise
@@ -40,7 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--native-histograms", choices=NATIVE_MODES, default="auto",
                    help="send the op duration's native histogram in a queue of its own: "
                    "auto (default) until the receiver refuses it, then classic series only; "
-                   "always (keep retrying; DpobsAgentDeliveryFailing fires); never")
+                   f"always (keep retrying; {ALERT_AGENT_DELIVERY_FAILING} fires); never")
     p.add_argument("--delivery-error-after", type=float, default=60.0, metavar="SECONDS",
                    help="print an error when a queue had no batch accepted for this long "
                    "while its sends fail (default 60)")
