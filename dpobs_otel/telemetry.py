@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 from time import perf_counter
 
 from opentelemetry.metrics import CallbackOptions, Observation
@@ -12,7 +11,7 @@ from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, V
 from opentelemetry.sdk.resources import Resource
 from . import names
 from .bound import OpRecords
-from .config import Settings
+from .config import Settings, disabled
 from .critical import CriticalPath, Exposure
 from .exposed import exposed_iterable
 from .stats import Stats
@@ -350,12 +349,6 @@ def start(role: str | None = None, rank: int | None = None, *, job: str | None =
         tls_client_cafile=tls_client_cafile, reconcile_rows=reconcile_rows, row_age=row_age,
         trace=trace, trace_ring=trace_ring, trace_every=trace_every, node=node)
     return Telemetry(settings, exporters)
-
-
-def disabled(env=os.environ) -> bool:
-    from .config import parse_bool
-    return (parse_bool(env.get("OTEL_SDK_DISABLED", ""), "OTEL_SDK_DISABLED")
-            or parse_bool(env.get("DPOBS_DISABLED", ""), "DPOBS_DISABLED"))
 
 
 class DisabledTelemetry:
