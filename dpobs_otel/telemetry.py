@@ -14,6 +14,7 @@ from .bound import OpRecords
 from .config import Settings, disabled
 from .critical import CriticalPath, Exposure
 from .exposed import exposed_iterable
+from .facade import TelemetryInterface
 from .stats import Stats
 from .stepmetrics import StepMetrics
 from .version import __version__
@@ -33,7 +34,9 @@ def _views() -> list[View]:
             hist(names.ROW_AGE, names.OP_BUCKETS)]
 
 
-class Telemetry:
+class Telemetry(TelemetryInterface):
+    enabled = True
+
     def __init__(self, settings: Settings, exporters=None):
         self.settings = s = settings
         self.stats = Stats()
@@ -312,12 +315,6 @@ class Telemetry:
             e.shutdown()
         self._provider.shutdown()  # also unregisters the readers' collectors
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.shutdown()
-
 
 def start(role: str | None = None, rank: int | None = None, *, job: str | None = None,
           host: str | None = None, port: int | None = None, sd_dir: str | None = None,
@@ -351,12 +348,10 @@ def start(role: str | None = None, rank: int | None = None, *, job: str | None =
     return Telemetry(settings, exporters)
 
 
-class DisabledTelemetry:
+class DisabledTelemetry(TelemetryInterface):
     """What start() returns when dpobs is switched off: the user's code runs unchanged."""
 
-    settings = None
-    guard = row_age = tracer = None
-    endpoint = url = registry = None
+    enabled = False
 
     def instrument(self, inner):
         return inner
@@ -376,17 +371,15 @@ class DisabledTelemetry:
     def step_metrics(self) -> dict[str, float]:
         return {}
 
-    def cluster_step_metrics(self, source, **kw) -> dict[str, float]:
+    def cluster_step_metrics(self, source, *, job: str | None = None,
+                             timeout: float = 1.0) -> dict[str, float]:
         return {}
 
     def cluster_breakdown(self, source) -> tuple[list[str], list[list]]:
         return [], []
 
-    def shutdown(self) -> None:
+    def internal_error(self, component: str, exc: BaseException) -> None:
         pass
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
+    def shutdown(self) -> None:
         pass

@@ -128,13 +128,18 @@ def lazy_names(package: str, where: dict[str, str]) -> Callable:
 
 class Instrumentor(_Base):
     """BaseInstrumentor with instrument() and uninstrument() atomic (its own flag check is
-    not). One instance per subclass and process; each subclass gets its own lock."""
+    not). One instance per subclass and process; each subclass gets its own lock. With dpobs
+    switched off (DPOBS_DISABLED, OTEL_SDK_DISABLED) instrument() patches nothing, so the
+    library is exactly its own under `opentelemetry-instrument` or DPOBS_AUTO."""
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         cls._lock = threading.RLock()
 
     def instrument(self, **kwargs):
+        from ..config import disabled
+        if disabled():
+            return None
         with self._lock:
             return super().instrument(**kwargs)
 
@@ -179,6 +184,8 @@ class PerProcess:
                 import dpobs_otel
 
                 tel = self.started = dpobs_otel.start()
+            if not tel.enabled:  # switched off: every call goes to the library, unmeasured
+                return None
             self._tel = tel
             return self._build_adapter(tel)
         except Exception:
