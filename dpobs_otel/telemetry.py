@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from time import perf_counter
 
 from opentelemetry.metrics import CallbackOptions, Observation
@@ -20,6 +21,9 @@ from .stepmetrics import StepMetrics
 from .version import __version__
 
 log = logging.getLogger("dpobs_otel")
+# (pid, component) already logged: one line per component per process, however many
+# Telemetries it makes; a forked child logs its own.
+_LOGGED: set[tuple[int, str]] = set()
 
 
 def _views() -> list[View]:
@@ -41,7 +45,6 @@ class Telemetry(TelemetryInterface):
         self.settings = s = settings
         self.stats = Stats()
         self.critical = CriticalPath()
-        self._logged: set[str] = set()
         if exporters is None:
             from .exporters.prometheus import PrometheusExporter
             exporters = [PrometheusExporter(s)]
@@ -53,6 +56,9 @@ class Telemetry(TelemetryInterface):
                                        exemplar_filter=AlwaysOffExemplarFilter())
         self.meter = meter = self._provider.get_meter("dpobs_otel", __version__)
         self._create_instruments(meter)
+        for e in self.exporters:  # what an exporter could not do at start (file_sd), counted
+            for component, exc in getattr(e, "startup_errors", ()):
+                self.internal_error(component, exc)
         self.guard = None
         if s.verify_tensor_hash:
             from .guard import WireGuard  # off by default: no digest code runs without it
@@ -297,8 +303,9 @@ class Telemetry(TelemetryInterface):
             with self.stats.lock:
                 ie = self.stats.instr_errors
                 ie[component] = ie.get(component, 0) + 1
-            if component not in self._logged:
-                self._logged.add(component)
+            key = (os.getpid(), component)
+            if key not in _LOGGED:
+                _LOGGED.add(key)
                 log.warning("dpobs: internal error in %s, swallowed and counted in %s "
                             "(logged once): %r", component, names.INSTR_ERRORS_SERIES, exc,
                             exc_info=exc)
