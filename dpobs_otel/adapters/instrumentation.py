@@ -148,10 +148,43 @@ class Instrumentor(_Base):
             return super().uninstrument(**kwargs)
 
 
+class _Shared:
+    """The one Telemetry that instrumentors start in a process (zero code: TransferQueue's
+    and Mooncake's instrumentors both measure into it, one endpoint and one file_sd target
+    per process), shut down when the last of them lets go. A forked child starts its own."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._pid = self._tel = None
+        self._holders: set = set()
+
+    def take(self, holder):
+        with self._lock:
+            if self._pid != os.getpid():
+                import dpobs_otel
+
+                self._tel, self._pid, self._holders = dpobs_otel.start(), os.getpid(), set()
+            self._holders.add(holder)
+            return self._tel
+
+    def release(self, holder) -> None:
+        with self._lock:
+            if self._pid != os.getpid() or holder not in self._holders:
+                return
+            self._holders.discard(holder)
+            if not self._holders:
+                tel, self._tel, self._pid = self._tel, None, None
+                tel.shutdown()
+
+
+_SHARED = _Shared()
+
+
 class PerProcess:
     """The adapter `build(tel)` makes, built on the first measured call in each process:
-    with the Telemetry given to instrument() in the process that gave it, else with one
-    `dpobs.start()` starts (every setting from DPOBS_*). A forked child builds its own."""
+    with the Telemetry given to instrument() in the process that gave it, else with the
+    process's one started by the instrumentors (`dpobs.start()`, every setting from
+    DPOBS_*). A forked child builds its own."""
 
     def __init__(self, build: Callable, what: str, telemetry=None):
         self._build_adapter = build
@@ -181,9 +214,7 @@ class PerProcess:
         try:
             tel = self._given if os.getpid() == self._given_pid else None
             if tel is None:
-                import dpobs_otel
-
-                tel = self.started = dpobs_otel.start()
+                tel = self.started = _SHARED.take(self)
             if not tel.enabled:  # switched off: every call goes to the library, unmeasured
                 return None
             self._tel = tel
@@ -195,5 +226,5 @@ class PerProcess:
 
     def close(self) -> None:
         if self.started is not None and self._pid == os.getpid():
-            self.started.shutdown()
+            _SHARED.release(self)
         self.started = self._adapter = self._pid = self._tel = None
