@@ -11,18 +11,20 @@ the same object. Off the op's way: a file_sd write that fails leaves the endpoin
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import pytest
 import torch
 from helpers import scrape, value
+from helpers.aplane import AsyncPlane
 from tensordict import TensorDict
 
 import dpobs_otel as dpobs
 from dpobs_otel import client as client_mod
 from dpobs_otel import names, telemetry
 from dpobs_otel.bound import BoundRecord
-from dpobs_otel.critical import CriticalPath
+from dpobs_otel.critical import CriticalPath, _Watch
 from dpobs_otel.occupancy import Occupancy, Reconciling
 
 COUNT = "dpobs_client_operation_duration_seconds_count"
@@ -59,6 +61,10 @@ FAULTS = {
                             "start"),
     "critical_path/end": (names.COMPONENT_CRITICAL_PATH, "put", lambda tel: CriticalPath,
                           "end"),
+    "critical_path/awaited-before": (names.COMPONENT_CRITICAL_PATH, "async get",
+                                     lambda tel: _Watch, "__init__"),
+    "critical_path/awaited-after": (names.COMPONENT_CRITICAL_PATH, "async put",
+                                    lambda tel: _Watch, "close"),
     "histogram/get": (names.COMPONENT_HISTOGRAM, "get", lambda tel: BoundRecord, "__call__"),
     "reconcile/put": (names.COMPONENT_RECONCILE, "put", lambda tel: Reconciling,
                       "_reconcile"),
@@ -91,8 +97,11 @@ def _rows(i: int) -> tuple[list[str], TensorDict]:
 
 
 def _op(client, op: str, i: int):
-    """One `op` on rows of their own (a get reads rows put beforehand, a clear clears them)."""
+    """One `op` on rows of their own (a get reads rows put beforehand, a clear clears them);
+    "async <op>": the same through a store whose methods are coroutine functions."""
     ids, td = _rows(i)
+    if op.startswith("async "):
+        return asyncio.run(_aop(client, op.removeprefix("async "), ids, td))
     if op == "put":
         return client.put_samples(ids, PART, td)
     if op == "get":
@@ -100,12 +109,25 @@ def _op(client, op: str, i: int):
     return client.clear_samples(ids, PART)
 
 
+async def _aop(client, op, ids, td):
+    if op == "put":
+        return await client.put_samples(ids, PART, td)
+    return await client.get_samples(ids, PART, ["x"])
+
+
+def _client(tel, op: str):
+    """(the instrumented client, the same kind of store bare) for `op`."""
+    if op.startswith("async "):
+        return tel.instrument(AsyncPlane(dpobs.InMemoryDataPlane())), AsyncPlane(
+            dpobs.InMemoryDataPlane())
+    return tel.instrument(dpobs.InMemoryDataPlane()), dpobs.InMemoryDataPlane()
+
+
 def _prepare(store, op: str, n: int) -> None:
     """The rows a get or clear finds (through `store` itself: measured puts for a client)."""
-    if op != "put":
+    if op.endswith("get") or op == "clear":
         for i in range(n):
-            ids, td = _rows(i)
-            store.put_samples(ids, PART, td)
+            _op(store, "async put" if op.startswith("async ") else "put", i)
 
 
 def _same(got, want) -> bool:
@@ -115,6 +137,10 @@ def _same(got, want) -> bool:
     return got == want
 
 
+def _name(op: str) -> str:
+    return op.removeprefix("async ")
+
+
 def _logged(caplog, component: str) -> int:
     return sum(f"internal error in {component}," in r.getMessage() for r in caplog.records)
 
@@ -122,8 +148,7 @@ def _logged(caplog, component: str) -> int:
 @pytest.mark.parametrize("case", list(FAULTS))
 def test_a_fault_on_the_ops_way_is_counted_and_harmless(tel, monkeypatch, caplog, case):
     component, op, owner, attribute = FAULTS[case]
-    plain = dpobs.InMemoryDataPlane()
-    client = tel.instrument(dpobs.InMemoryDataPlane())
+    client, plain = _client(tel, op)
     _prepare(plain, op, 3)
     _prepare(client, op, 3)
     caplog.set_level(logging.WARNING, logger="dpobs_otel")
@@ -131,37 +156,38 @@ def test_a_fault_on_the_ops_way_is_counted_and_harmless(tel, monkeypatch, caplog
     for i in range(2):  # the fault, twice: counted twice, logged once
         assert _same(_op(client, op, i), _op(plain, op, i))
         s = scrape(tel)
-        assert value(s, COUNT, op=op) == i + 1 and value(s, SUM, op=op) > 0
+        assert value(s, COUNT, op=_name(op)) == i + 1 and value(s, SUM, op=_name(op)) > 0
         assert value(s, ERRORS, component=component) == i + 1
     assert _logged(caplog, component) == 1
     monkeypatch.undo()  # the fault gone: the next op measured as usual, nothing more counted
     assert _same(_op(client, op, 2), _op(plain, op, 2))
     s = scrape(tel)
-    assert value(s, COUNT, op=op) == 3
+    assert value(s, COUNT, op=_name(op)) == 3
     assert value(s, ERRORS, component=component) == 2
-    assert tel.stats.ops[op].calls == 3 and tel.stats.ops[op].errors == 0
+    assert tel.stats.ops[_name(op)].calls == 3 and tel.stats.ops[_name(op)].errors == 0
 
 
 @pytest.mark.parametrize("case", list(FAULTS))
 def test_a_fault_while_the_store_raised_keeps_the_stores_exception(tel, monkeypatch, case):
     component, op, owner, attribute = FAULTS[case]
-    client = tel.instrument(dpobs.InMemoryDataPlane())
+    client, _ = _client(tel, op)
     _prepare(client, op, 1)
     err = ConnectionError("the store's own")
 
     def store_raises(*args, **kwargs):
         raise err
 
-    method = {"put": "put_samples", "get": "get_samples", "clear": "clear_samples"}[op]
-    monkeypatch.setattr(client.inner, method, store_raises)
+    method = {"put": "put_samples", "get": "get_samples", "clear": "clear_samples"}[_name(op)]
+    inner = client.inner.plane if op.startswith("async ") else client.inner
+    monkeypatch.setattr(inner, method, store_raises)
     monkeypatch.setattr(owner(tel), attribute, _raise)
     with pytest.raises(ConnectionError) as info:
         _op(client, op, 0)
     assert info.value is err
     monkeypatch.undo()
     s = scrape(tel)
-    assert value(s, COUNT, op=op) == 1
-    assert value(s, "dpobs_client_operation_errors_total", op=op,
+    assert value(s, COUNT, op=_name(op)) == 1
+    assert value(s, "dpobs_client_operation_errors_total", op=_name(op),
                  error_type="ConnectionError") == 1
 
 
