@@ -224,3 +224,13 @@ def test_an_exporter_callback_that_fails_leaves_the_next_scrape_whole(tel, monke
     assert whole <= set(s)  # every series of before, the outstanding ones included
     assert value(s, COUNT, op="put") == 2
     assert value(s, ERRORS, component=names.COMPONENT_EXPORT) == 2  # two callbacks, once
+
+
+def test_a_coroutine_store_is_not_reconciled_and_counts_no_error(tel, recwarn):
+    # Its listing is a coroutine the put's thread cannot await: found by the async cases
+    # above, where every put counted a reconcile error (and left a coroutine unawaited).
+    client = tel.instrument(AsyncPlane(dpobs.InMemoryDataPlane()))
+    for i in range(3):
+        _op(client, "async put", i)
+    assert tel.stats.instr_errors.get(names.COMPONENT_RECONCILE) is None
+    assert not [w for w in recwarn if "never awaited" in str(w.message)]
