@@ -418,8 +418,12 @@ class InstrumentedClient(AwaitedOps, Reconciling):
             return _UNCOUNTED, perf_counter()
 
     def _cp_end(self, step, t1, t2) -> None:
-        if step is not _UNCOUNTED:
-            self._safely(names.COMPONENT_CRITICAL_PATH, self._cp.end, step, t1, t2)
+        if step is _UNCOUNTED:
+            return
+        try:  # inlined rather than through _safely: every op ends here
+            self._cp.end(step, t1, t2)
+        except Exception as exc:
+            self._tel.internal_error(names.COMPONENT_CRITICAL_PATH, exc)
 
     def _guarded(self, fn, fallback, *args, on_fail=None):
         """Run a guard hook, billing its time to component=guard; never raises."""
