@@ -17,6 +17,7 @@ import importlib
 import importlib.resources
 import inspect
 import json
+import os
 import pickle
 
 
@@ -57,6 +58,15 @@ def reload_view(name: str) -> dict:
     return {"reload": again, "after_reload": _spec_view(mod)}
 
 
+def _launcher_off_for_ray() -> None:
+    """Ray's own helper processes (agents, workers) start without opentelemetry-instrument's
+    sitecustomize: this process is what is compared, and on two busy cores their start-up
+    under the launcher overran Ray's fixed 30 s wait for its node."""
+    parts = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in parts if not p.rstrip(os.sep).endswith("auto_instrumentation"))
+
+
 def init_view() -> dict:
     """transfer_queue.init() with its packaged config, then one put and get."""
     import torch
@@ -65,6 +75,7 @@ def init_view() -> dict:
 
     from dpobs_otel.testing.transferqueue import call, start, stop
 
+    _launcher_off_for_ray()
     start()
     try:
         call(tq.kv_batch_put, keys=["a", "b"], partition_id="p",
