@@ -9,12 +9,14 @@ from __future__ import annotations
 from functools import partial
 from time import perf_counter
 
+from . import names
 from .client_async import NOT_AWAITABLE, AwaitedOps, is_awaitable
 from .occupancy import TAGS, UNSIZED, Occupancy, Reconciling
+from .recording import Recording
 from .sizing import encoded_size, field_nbytes, is_payload, payload_nbytes
 
 
-class InstrumentedClient(AwaitedOps, Reconciling):
+class InstrumentedClient(AwaitedOps, Reconciling, Recording):
     def __init__(self, inner, tel):
         self._inner = inner
         self._tel = tel
@@ -52,7 +54,8 @@ class InstrumentedClient(AwaitedOps, Reconciling):
     # -- the protocol -----------------------------------------------------------------
     def put_samples(self, sample_ids, partition_id, fields=None, tags=None, **kwargs):
         # Row age: the stamp column rides beside the guard's digests (sizing sees `fields`).
-        stored = fields if self._row_age is None else self._row_age.stamp(fields)
+        stored = fields if self._row_age is None else self._safely(
+            names.COMPONENT_ROW_AGE, self._row_age.stamp, fields, fallback=fields)
         t0 = perf_counter()
         if self._guard is not None and fields is not None:
             pending = self._pool.submit(self._guarded, self._guard.before_put, stored,
@@ -62,7 +65,7 @@ class InstrumentedClient(AwaitedOps, Reconciling):
             else:
                 stored = pending.result()
         put = self._inner.put_samples  # looked up outside the interval, as _call's fn is
-        step, t1 = self._cp.start()
+        step, t1 = self._cp_start()
         try:
             result = put(sample_ids, partition_id, stored, tags, **kwargs)
         except BaseException as exc:
@@ -70,9 +73,9 @@ class InstrumentedClient(AwaitedOps, Reconciling):
             raise
         t2 = perf_counter()
         if type(result) not in NOT_AWAITABLE and is_awaitable(result):
-            self._cp.retract(step, t1)
+            self._cp_end(step, t1, t1)  # the op is in flight once awaited
             return self._put_async(result, t0, t1, sample_ids, partition_id, fields, tags)
-        self._cp.end(step, t1, t2)
+        self._cp_end(step, t1, t2)
         self._put_done(t0, t1, t2, sample_ids, partition_id, fields, tags)
         return result
 
@@ -88,12 +91,13 @@ class InstrumentedClient(AwaitedOps, Reconciling):
                        occupy=(partition_id, sample_ids, sizes),
                        overhead=t1 - t0 if self._guard is None else 0.0, t_end=t2)
             if self._tracer is not None:
-                self._tracer.op("put", t1, t2, partition_id, n, sum(sizes.values()))
+                self._safely(names.COMPONENT_TRACE, self._tracer.op, "put", t1, t2,
+                             partition_id, n, sum(sizes.values()))
             self._rows_since_reconcile += n
             if self._rows_since_reconcile >= self._reconcile_rows:
-                self._reconcile()
+                self._safely(names.COMPONENT_RECONCILE, self._reconcile)
         except Exception as exc:
-            self._tel.internal_error("client", exc)
+            self._tel.internal_error(names.COMPONENT_CLIENT, exc)
 
     def _sized(self, default, fn, *args):
         """Payload bytes in a guard of their own: a sizing failure is counted
@@ -119,7 +123,7 @@ class InstrumentedClient(AwaitedOps, Reconciling):
 
     def clear_samples(self, sample_ids, partition_id, **kwargs):
         clear = self._inner.clear_samples  # looked up outside the interval, as _call's fn is
-        step, t1 = self._cp.start()
+        step, t1 = self._cp_start()
         try:
             result = clear(sample_ids, partition_id, **kwargs)
         except BaseException as exc:
@@ -127,24 +131,30 @@ class InstrumentedClient(AwaitedOps, Reconciling):
             raise
         t2 = perf_counter()
         if type(result) not in NOT_AWAITABLE and is_awaitable(result):
-            self._cp.retract(step, t1)
+            self._cp_end(step, t1, t1)  # the op is in flight once awaited
             return self._clear_async(result, t1, sample_ids, partition_id)
-        self._cp.end(step, t1, t2)
+        self._cp_end(step, t1, t2)
         self._clear_done(t1, t2, sample_ids, partition_id)
         return result
 
     def _clear_done(self, t1, t2, sample_ids, partition_id) -> None:
+        # The guard has nothing to release: its digests live beside the rows, in the store.
+        n = self._safely(names.COMPONENT_OCCUPANCY, self._released, partition_id, sample_ids,
+                         fallback=0 if sample_ids is None else len(sample_ids))
         try:
-            with self._stats.lock:
-                n = (len(sample_ids) if sample_ids is not None
-                     else len(self._occ.live(partition_id)))
-                self._occ.release(partition_id, sample_ids)
-            # The guard has nothing to release: its digests live beside the rows, in the store.
             self.record_op("clear", t2 - t1, n, t_end=t2)
             if self._tracer is not None:
-                self._tracer.op("clear", t1, t2, partition_id, n, 0)
+                self._safely(names.COMPONENT_TRACE, self._tracer.op, "clear", t1, t2,
+                             partition_id, n, 0)
         except Exception as exc:
-            self._tel.internal_error("client", exc)
+            self._tel.internal_error(names.COMPONENT_CLIENT, exc)
+
+    def _released(self, partition_id, sample_ids) -> int:
+        """Occupancy: a clear's keys released; how many (all of a partition's: None)."""
+        with self._stats.lock:
+            n = len(sample_ids) if sample_ids is not None else len(self._occ.live(partition_id))
+            self._occ.release(partition_id, sample_ids)
+        return n
 
     def list_sample_ids(self, partition_id, *args, **kwargs):
         return self._call("list", self._inner.list_sample_ids, (partition_id, *args), kwargs)
@@ -163,10 +173,11 @@ class InstrumentedClient(AwaitedOps, Reconciling):
         if guard is not None:
             select = self._guarded(guard.before_get, select_fields, select_fields)
         if self._row_age is not None:
-            select = self._row_age.select(select)
+            select = self._safely(names.COMPONENT_ROW_AGE, self._row_age.select, select,
+                                  fallback=select)
         # Digest or stamp columns were asked for by name (compared only when a hook ran).
         added = select is not select_fields and select != select_fields
-        step, t1 = self._cp.start()
+        step, t1 = self._cp_start()
         try:
             try:
                 result = fn(sample_ids, partition_id, select, **kwargs)
@@ -182,12 +193,12 @@ class InstrumentedClient(AwaitedOps, Reconciling):
             raise
         t2 = perf_counter()
         if type(result) not in NOT_AWAITABLE and is_awaitable(result):
-            self._cp.retract(step, t1)
+            self._cp_end(step, t1, t1)  # the op is in flight once awaited
             retry = (partial(fn, sample_ids, partition_id, select_fields, **kwargs) if added
                      else None)
             return self._read_async(op, fn, result, retry, t0, t1, sample_ids, partition_id,
                                     select_fields, kwargs, added)
-        self._cp.end(step, t1, t2)
+        self._cp_end(step, t1, t2)
         return self._read_done(op, fn, result, t0, t1, t2, sample_ids, partition_id,
                                select_fields, kwargs, added, mixed)
 
@@ -195,9 +206,10 @@ class InstrumentedClient(AwaitedOps, Reconciling):
                    kwargs, added, mixed):
         guard = self._guard
         if self._row_age is not None:  # ages observed, the stamp column dropped
-            result = self._row_age.observe(
-                op, result, lambda rows, cols: fn(rows, partition_id, cols, **kwargs),
-                sample_ids, mixed)
+            result = self._safely(
+                names.COMPONENT_ROW_AGE, self._row_age.observe, op, result,
+                lambda rows, cols: fn(rows, partition_id, cols, **kwargs), sample_ids, mixed,
+                on_fail=self._row_age.unstamped)
         if (guard is not None or self._returned_ids is not None) and is_payload(result):
             # Only a TensorDict is checked: anything else goes back untouched.
             result = self._checked(fn, partition_id, kwargs, sample_ids, select_fields,
@@ -208,7 +220,8 @@ class InstrumentedClient(AwaitedOps, Reconciling):
             self.record_op(op, t2 - t1, len(sample_ids), read=nbytes, missing=missing,
                            overhead=t1 - t0 if guard is None else 0.0, t_end=t3)
             if self._tracer is not None:
-                self._tracer.op(op, t1, t2, partition_id, len(sample_ids), nbytes)
+                self._safely(names.COMPONENT_TRACE, self._tracer.op, op, t1, t2, partition_id,
+                             len(sample_ids), nbytes)
         except Exception as exc:
             self._tel.internal_error("client", exc)
         return result
@@ -272,7 +285,7 @@ class InstrumentedClient(AwaitedOps, Reconciling):
 
     def _call(self, op, fn, args, kwargs, read_result=False):
         pid = None if self._tracer is None else self._tracer.partition_of(args, kwargs)
-        step, t1 = self._cp.start()
+        step, t1 = self._cp_start()
         try:
             result = fn(*args, **kwargs)
         except BaseException as exc:
@@ -280,9 +293,9 @@ class InstrumentedClient(AwaitedOps, Reconciling):
             raise
         t2 = perf_counter()
         if type(result) not in NOT_AWAITABLE and is_awaitable(result):
-            self._cp.retract(step, t1)
+            self._cp_end(step, t1, t1)  # the op is in flight once awaited
             return self._call_async(op, result, t1, read_result, pid)
-        self._cp.end(step, t1, t2)
+        self._cp_end(step, t1, t2)
         return self._call_done(op, result, t1, t2, read_result, pid)
 
     def _call_done(self, op, result, t1, t2, read_result, pid=None):
@@ -291,79 +304,11 @@ class InstrumentedClient(AwaitedOps, Reconciling):
             keys = len(result) if isinstance(result, (list, tuple, set, dict)) else 0
             self.record_op(op, t2 - t1, keys, read=read, t_end=t2)
             if self._tracer is not None:
-                self._tracer.op(op, t1, t2, pid, keys, read)
+                self._safely(names.COMPONENT_TRACE, self._tracer.op, op, t1, t2, pid, keys,
+                             read)
         except Exception as exc:
             self._tel.internal_error("client", exc)
         return result
-
-    def record_op(self, op, dt, keys, read=0, write=0, missing=0, occupy=None, overhead=0.0,
-              t_end=0.0):
-        """Count one call of `op` (the measurement every op path ends in; adapters that
-        measure calls outside the protocol use it too)."""
-        self._records[op](dt)
-        st = self._stats
-        with st.lock:
-            s = st.ops.get(op) or st.op(op)  # the lookup inlined: it runs on every op
-            s.calls += 1
-            s.seconds += dt
-            s.keys += keys
-            s.read_bytes += read
-            s.write_bytes += write
-            s.missing += missing
-            if dt > s.window_max:
-                s.window_max = dt
-            if occupy is not None:
-                self._occ.add(*occupy)
-            # Our own time: everything after the inner call returned (the lock block itself,
-            # a fraction of a microsecond, is the part not counted).
-            t = st.instr_seconds
-            t["client"] = t.get("client", 0.0) + overhead + (perf_counter() - t_end)
-
-    def record_error(self, op: str, error_type: str) -> None:
-        """One more failed `op` whose call record_op already counted (a store that reports
-        failure by return code, not exception)."""
-        st = self._stats
-        with st.lock:
-            st.op(op).errors += 1
-            key = (op, error_type)
-            st.errors[key] = st.errors.get(key, 0) + 1
-
-    def release(self, partition_id: str, ids) -> None:
-        """Occupancy: `ids` of a partition (None: all of it) are no longer outstanding."""
-        with self._stats.lock:
-            self._occ.release(partition_id, ids)
-
-    def live_keys(self, partition_id: str) -> set:
-        """A copy of the keys this client holds outstanding in a partition."""
-        with self._stats.lock:
-            return set(self._occ.live(partition_id))
-
-    def failed_call(self, op, exc, t1, step) -> None:
-        """A synchronous call raised: its interval ends now; counted by exception class."""
-        t2 = perf_counter()
-        try:
-            self._cp.end(step, t1, t2)
-        except Exception as internal:
-            self._tel.internal_error("client", internal)
-        self.record_failure(op, exc, t2 - t1)
-
-    def record_failure(self, op, exc, dt):
-        try:
-            self._records[op](dt)
-            key = (op, type(exc).__name__)
-            st = self._stats
-            with st.lock:
-                s = st.op(op)
-                s.calls += 1
-                s.seconds += dt
-                s.errors += 1
-                if dt > s.window_max:
-                    s.window_max = dt
-                st.errors[key] = st.errors.get(key, 0) + 1
-            if self._tracer is not None:
-                self._tracer.failed(op, dt, key[1])
-        except Exception as internal:
-            self._tel.internal_error("client", internal)
 
     def _guarded(self, fn, fallback, *args, on_fail=None):
         """Run a guard hook, billing its time to component=guard; never raises."""

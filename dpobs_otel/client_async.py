@@ -8,6 +8,8 @@ from inspect import isawaitable
 from time import perf_counter
 from types import GeneratorType
 
+from . import names
+
 
 class AwaitedOps:
     """Mixed into InstrumentedClient: each op's synchronous path hands its awaitable here."""
@@ -35,7 +37,10 @@ class AwaitedOps:
     async def awaiting(self, pending):
         """Await `pending`, an op whose measured path runs elsewhere (an adapter's worker
         thread counts it in flight): the calling task is exposed as for an awaited op."""
-        return await self._cp.awaited(pending, busy=False)
+        return await self._cp.awaited(pending, busy=False, failed=self._cp_failed)
+
+    def _cp_failed(self, exc) -> None:
+        self._tel.internal_error(names.COMPONENT_CRITICAL_PATH, exc)
 
     async def _settle(self, op, pending, t1, retry=None):
         """Await an op's awaitable in the calling task: (result, end time, retried). `retry`
@@ -44,12 +49,12 @@ class AwaitedOps:
         retried = False
         try:
             try:
-                result = await self._cp.awaited(pending)
+                result = await self._cp.awaited(pending, failed=self._cp_failed)
             except KeyError:
                 if retry is None:
                     raise
                 retried = True
-                result = await self._cp.awaited(retry())
+                result = await self._cp.awaited(retry(), failed=self._cp_failed)
         except BaseException as exc:
             self.record_failure(op, exc, perf_counter() - t1)
             raise

@@ -23,6 +23,13 @@ def parse_bool(text: str, name: str) -> bool:
         raise ValueError(f"{name}={text!r}: {exc}") from None
 
 
+def disabled(env=os.environ) -> bool:
+    """The off switch: OTEL_SDK_DISABLED=true or DPOBS_DISABLED=1. Here, importing nothing
+    beyond the standard library, so that DPOBS_AUTO's start-up hook reads it first."""
+    return (parse_bool(env.get("OTEL_SDK_DISABLED", ""), "OTEL_SDK_DISABLED")
+            or parse_bool(env.get("DPOBS_DISABLED", ""), "DPOBS_DISABLED"))
+
+
 # Where rank comes from when DPOBS_RANK is unset: torchrun, then srun.
 RANK_FALLBACKS = ("RANK", "SLURM_PROCID")
 

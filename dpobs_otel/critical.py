@@ -63,6 +63,10 @@ class Step:
         return acc + max(now - since, 0.0) if depth else acc
 
 
+def _reraise(exc: BaseException) -> None:
+    raise exc
+
+
 class CriticalPath:
     def __init__(self):
         self.lock = threading.Lock()
@@ -165,22 +169,31 @@ class CriticalPath:
             return _NOT_EXPOSED
         return Exposure(step)
 
-    async def awaited(self, awaitable, busy: bool = True):
+    async def awaited(self, awaitable, busy: bool = True, failed=_reraise):
         """Await `awaitable` (an op) in the calling task: in flight meanwhile (busy=False:
         the op counts itself, e.g. on a worker thread), exposed for the step when that task
         is the step's own or one the step awaits, now or later (a prefetch task the step
-        awaits only after computing is exposed from then on)."""
+        awaits only after computing is exposed from then on). failed(exc): this
+        bookkeeping itself raised; the op is awaited all the same, and its result or its
+        exception reaches the caller unchanged."""
         t1 = perf_counter()
-        if busy:
-            self._in_flight(t1)
-        watch = _Watch(self, _STEP.get())
+        try:
+            if busy:
+                self._in_flight(t1)
+            watch = _Watch(self, _STEP.get())
+        except Exception as exc:
+            failed(exc)
+            return await awaitable
         try:
             return await awaitable
         finally:
-            t2 = perf_counter()
-            watch.close(t2)
-            if busy:
-                self.end(None, t1, t2)
+            try:
+                t2 = perf_counter()
+                watch.close(t2)
+                if busy:
+                    self.end(None, t1, t2)
+            except Exception as exc:  # never in place of the op's own outcome
+                failed(exc)
 
     # -- reading ------------------------------------------------------------------------
     def totals(self, now: float | None = None) -> tuple[float, float]:

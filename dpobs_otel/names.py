@@ -156,8 +156,24 @@ OPS = {
 READ_OPS = frozenset({"get", "get_data"})
 CODEC_STAGES = ("pack", "unpack")
 
-
-# -- instrumentation error components ------------------------------------------------------
+# The `component` label of dpobs_instrumentation_errors_total (and _time_seconds_total): which
+# part of dpobs failed. A failure is counted once and logged once per component per process;
+# the user's call still returns the store's result and the op is still counted.
+COMPONENT_CLIENT = "client"  # the instrumented client's own bookkeeping
+COMPONENT_SIZING = "sizing"  # payload byte counts
+COMPONENT_OCCUPANCY = "occupancy"  # outstanding keys and bytes
+COMPONENT_GUARD = "guard"  # the wire guard's hooks
+COMPONENT_ROW_AGE = "row_age"  # write stamps and read ages
+COMPONENT_TRACE = "trace"  # spans
+COMPONENT_CRITICAL_PATH = "critical_path"  # busy and exposed time of an op
+COMPONENT_HISTOGRAM = "histogram"  # the op duration's fast path (bound.py)
+COMPONENT_RECONCILE = "reconcile"  # occupancy against the store's listing
+COMPONENT_ADAPTER = "adapter"  # an adapter's own bookkeeping
+COMPONENT_FILE_SD = "file_sd"  # the file_sd target file (off the op's path)
+COMPONENT_EXPORT = "export"  # an observable's callback at collection (off the op's path)
 # A private name of the OpenTelemetry SDK or exporter not as known (sdk_private.py): that part
 # runs on the public API (the native op-duration family absent, if it is that one).
 OTEL_SDK_COMPONENT = "otel_sdk"
+OP_PATH_COMPONENTS = (COMPONENT_SIZING, COMPONENT_OCCUPANCY, COMPONENT_GUARD, COMPONENT_ROW_AGE,
+                      COMPONENT_TRACE, COMPONENT_CRITICAL_PATH, COMPONENT_HISTOGRAM,
+                      COMPONENT_RECONCILE)

@@ -17,6 +17,7 @@ outside it. All methods run under the caller's lock (Stats.lock).
 """
 from __future__ import annotations
 
+from inspect import isawaitable
 from time import perf_counter
 
 # Occupancy's names for a put's tags (stored per row like a field) and for the rows of a
@@ -197,7 +198,14 @@ class Reconciling:
 
     def _listing(self, pid) -> set | None:
         try:
-            return set(self._inner.list_sample_ids(pid))
+            listing = self._inner.list_sample_ids(pid)
+            if isawaitable(listing):
+                # A coroutine store: its listing cannot be awaited on the put's thread, so
+                # this client does not reconcile (its occupancy counts only its own clears).
+                getattr(listing, "close", lambda: None)()
+                self._reconcile_rows = float("inf")
+                return None
+            return set(listing)
         except KeyError:
             return set()  # the partition itself is gone
         except Exception as exc:

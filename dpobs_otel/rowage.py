@@ -104,7 +104,16 @@ class RowAge:
         mixed: the store refused the select with the column (some rows have none) and the
         caller's fields were read alone; the stamps are then found by stamp-only reads
         (`read(ids, columns)`) of halves."""
-        return self._billed(self._observe, result, op, result, read, sample_ids, mixed)
+        out = self._billed(self._observe, None, op, result, read, sample_ids, mixed)
+        return self.unstamped(result) if out is None else out  # failed: the caller's columns
+
+    @staticmethod
+    def unstamped(result):
+        """`result` without the stamp column; never raises (a read whose ages failed)."""
+        try:
+            return result.exclude(STAMP) if STAMP in result.keys() else result
+        except Exception:
+            return result
 
     def _observe(self, op, result, read, sample_ids, mixed):
         if not is_tensordict(result) or not result.batch_dims:

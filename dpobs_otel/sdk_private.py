@@ -27,6 +27,8 @@ from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter
 from opentelemetry.sdk.metrics.export import AggregationTemporality
 from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation
 
+from .names import COMPONENT_HISTOGRAM
+
 log = logging.getLogger("dpobs_otel")
 CUMULATIVE = AggregationTemporality.CUMULATIVE
 
@@ -84,8 +86,7 @@ def degrade(what: str, why: str) -> None:
         if what in _degraded:
             return
         _degraded[what] = why
-    log.warning("dpobs: %s falls back to the OpenTelemetry public API: %s (logged once)",
-                what, why)
+    log.warning("dpobs: %s falls back to the OpenTelemetry public API: %s", what, why)
 
 
 def degradations() -> dict[str, str]:
@@ -94,7 +95,6 @@ def degradations() -> dict[str, str]:
 
 
 def reset() -> None:  # tests that take names away
-
     with _lock:
         _degraded.clear()
     _native_class.cache = None
@@ -146,15 +146,19 @@ class BoundRecord:
                 for add in adds:
                     add(value)
                 return
-        except Exception:  # the SDK moved under us: `record` from now on
+        except Exception as exc:  # the SDK moved under us: counted, `record` from now on
             self._adds = adds = _UNBINDABLE
+            self._failed(exc)
         try:
             self._instrument.record(value, self._attrs)
             if adds is _UNBOUND or adds:  # first call, or the readers changed: (re)bind
                 self._storages, self._adds = self._bind()
-        except Exception as exc:  # never cost the op its counters (client.record_op)
-            if self._on_error is not None:
-                self._on_error("histogram", exc)
+        except Exception as exc:  # never cost the op its counters (recording.record_op)
+            self._failed(exc)
+
+    def _failed(self, exc: Exception) -> None:
+        if self._on_error is not None:
+            self._on_error(COMPONENT_HISTOGRAM, exc)
 
     def _bind(self) -> tuple:
         """(the reader storages, the add methods of this attribute set's aggregations), or
@@ -298,7 +302,7 @@ def _make_native_class(scale: int, finish):
 def _self_test(cls, scale: int) -> str:
     """'' when one observation through a fresh `cls` comes out as the classic and native
     point it must be; else what differs."""
-    agg = cls({}, AggregationTemporality.DELTA, 0, _no_exemplars, (1.0, 2.0), True)
+    agg = cls({}, AggregationTemporality.DELTA, 0, lambda **kw: _NoExemplars(), (1, 2), True)
     missing = [f for f in AGGREGATION_FIELDS if not hasattr(agg, f)]
     if missing:
         return f"fields missing: {missing}"
@@ -313,10 +317,6 @@ def _self_test(cls, scale: int) -> str:
 class _NoExemplars:
     """An exemplar reservoir that keeps nothing (exemplars are off in every dpobs provider)."""
     offer = collect = staticmethod(lambda *args, **kwargs: [])
-
-
-def _no_exemplars(**kwargs):
-    return _NoExemplars()
 
 
 class OpDurationAggregation(ExplicitBucketHistogramAggregation):

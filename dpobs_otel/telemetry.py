@@ -12,15 +12,19 @@ from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, V
 from opentelemetry.sdk.resources import Resource
 from . import names
 from .bound import OpRecords
-from .config import Settings
+from .config import Settings, disabled
 from .critical import CriticalPath, Exposure
 from .exposed import exposed_iterable
+from .facade import TelemetryInterface
 from .sdk_private import degradations, op_duration_aggregation
 from .stats import Stats
 from .stepmetrics import StepMetrics
 from .version import __version__
 
 log = logging.getLogger("dpobs_otel")
+# (pid, component) already logged: one line per component per process, however many
+# Telemetries it makes; a forked child logs its own.
+_LOGGED: set[tuple[int, str]] = set()
 
 
 def _views() -> list[View]:
@@ -35,12 +39,13 @@ def _views() -> list[View]:
             hist(names.ROW_AGE, names.OP_BUCKETS)]
 
 
-class Telemetry:
+class Telemetry(TelemetryInterface):
+    enabled = True
+
     def __init__(self, settings: Settings, exporters=None):
         self.settings = s = settings
         self.stats = Stats()
         self.critical = CriticalPath()
-        self._logged: set[str] = set()
         if exporters is None:
             from .exporters.prometheus import PrometheusExporter
             exporters = [PrometheusExporter(s)]
@@ -54,6 +59,9 @@ class Telemetry:
         self._create_instruments(meter)
         if degradations():  # sdk_private logged each; counted in this process's registry
             self.stats.instr_errors[names.OTEL_SDK_COMPONENT] = len(degradations())
+        for e in self.exporters:  # what an exporter could not do at start (file_sd), counted
+            for component, exc in getattr(e, "startup_errors", ()):
+                self.internal_error(component, exc)
         self.guard = None
         if s.verify_tensor_hash:
             from .guard import WireGuard  # off by default: no digest code runs without it
@@ -298,8 +306,9 @@ class Telemetry:
             with self.stats.lock:
                 ie = self.stats.instr_errors
                 ie[component] = ie.get(component, 0) + 1
-            if component not in self._logged:
-                self._logged.add(component)
+            key = (os.getpid(), component)
+            if key not in _LOGGED:
+                _LOGGED.add(key)
                 log.warning("dpobs: internal error in %s, swallowed and counted in %s "
                             "(logged once): %r", component, names.INSTR_ERRORS_SERIES, exc,
                             exc_info=exc)
@@ -315,12 +324,6 @@ class Telemetry:
         for e in self.exporters:
             e.shutdown()
         self._provider.shutdown()  # also unregisters the readers' collectors
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.shutdown()
 
 
 def start(role: str | None = None, rank: int | None = None, *, job: str | None = None,
@@ -354,17 +357,10 @@ def start(role: str | None = None, rank: int | None = None, *, job: str | None =
     return Telemetry(settings, exporters)
 
 
-def disabled(env=os.environ) -> bool:
-    from .config import parse_bool
-    return (parse_bool(env.get("OTEL_SDK_DISABLED", ""), "OTEL_SDK_DISABLED")
-            or parse_bool(env.get("DPOBS_DISABLED", ""), "DPOBS_DISABLED"))
-
-
-class DisabledTelemetry:
+class DisabledTelemetry(TelemetryInterface):
     """What start() returns when dpobs is switched off: the user's code runs unchanged."""
 
-    settings = None
-    guard = row_age = tracer = endpoint = url = registry = None
+    enabled = False
 
     def instrument(self, inner):
         return inner
@@ -384,17 +380,15 @@ class DisabledTelemetry:
     def step_metrics(self) -> dict[str, float]:
         return {}
 
-    def cluster_step_metrics(self, source, **kw) -> dict[str, float]:
+    def cluster_step_metrics(self, source, *, job: str | None = None,
+                             timeout: float = 1.0) -> dict[str, float]:
         return {}
 
     def cluster_breakdown(self, source) -> tuple[list[str], list[list]]:
         return [], []
 
-    def shutdown(self) -> None:
+    def internal_error(self, component: str, exc: BaseException) -> None:
         pass
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
+    def shutdown(self) -> None:
         pass

@@ -155,9 +155,11 @@ def out_of_range(requirements) -> str | None:
 
 class Instrumentor(_Base):
     """BaseInstrumentor with instrument() and uninstrument() atomic (its own flag check is
-    not), and a library outside supported() left unmeasured, said once per process (whichever
-    way instrument() is reached: the launcher, DPOBS_AUTO, code). One instance per subclass
-    and process; each subclass gets its own lock."""
+    not). One instance per subclass and process; each subclass gets its own lock. With dpobs
+    switched off (DPOBS_DISABLED, OTEL_SDK_DISABLED) instrument() patches nothing, so the
+    library is exactly its own under `opentelemetry-instrument` or DPOBS_AUTO; a library
+    outside supported() is left unmeasured, said once per process (whichever way
+    instrument() is reached: the launcher, DPOBS_AUTO, code)."""
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -168,6 +170,9 @@ class Instrumentor(_Base):
         return self.instrumentation_dependencies()
 
     def instrument(self, **kwargs):
+        from ..config import disabled
+        if disabled():
+            return None
         with self._lock:
             why = out_of_range(self.supported())
             if why is not None:
@@ -182,10 +187,43 @@ class Instrumentor(_Base):
             return super().uninstrument(**kwargs)
 
 
+class _Shared:
+    """The one Telemetry that instrumentors start in a process (zero code: TransferQueue's
+    and Mooncake's instrumentors both measure into it, one endpoint and one file_sd target
+    per process), shut down when the last of them lets go. A forked child starts its own."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._pid = self._tel = None
+        self._holders: set = set()
+
+    def take(self, holder):
+        with self._lock:
+            if self._pid != os.getpid():
+                import dpobs_otel
+
+                self._tel, self._pid, self._holders = dpobs_otel.start(), os.getpid(), set()
+            self._holders.add(holder)
+            return self._tel
+
+    def release(self, holder) -> None:
+        with self._lock:
+            if self._pid != os.getpid() or holder not in self._holders:
+                return
+            self._holders.discard(holder)
+            if not self._holders:
+                tel, self._tel, self._pid = self._tel, None, None
+                tel.shutdown()
+
+
+_SHARED = _Shared()
+
+
 class PerProcess:
     """The adapter `build(tel)` makes, built on the first measured call in each process:
-    with the Telemetry given to instrument() in the process that gave it, else with one
-    `dpobs.start()` starts (every setting from DPOBS_*). A forked child builds its own."""
+    with the Telemetry given to instrument() in the process that gave it, else with the
+    process's one started by the instrumentors (`dpobs.start()`, every setting from
+    DPOBS_*). A forked child builds its own."""
 
     def __init__(self, build: Callable, what: str, telemetry=None):
         self._build_adapter = build
@@ -215,9 +253,9 @@ class PerProcess:
         try:
             tel = self._given if os.getpid() == self._given_pid else None
             if tel is None:
-                import dpobs_otel
-
-                tel = self.started = dpobs_otel.start()
+                tel = self.started = _SHARED.take(self)
+            if not tel.enabled:  # switched off: every call goes to the library, unmeasured
+                return None
             self._tel = tel
             return self._build_adapter(tel)
         except Exception:
@@ -227,5 +265,5 @@ class PerProcess:
 
     def close(self) -> None:
         if self.started is not None and self._pid == os.getpid():
-            self.started.shutdown()
+            _SHARED.release(self)
         self.started = self._adapter = self._pid = self._tel = None

@@ -12,6 +12,7 @@ from urllib.parse import parse_qs
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder, gzip_accepted
 
+from .. import names
 from . import protobuf
 from .http import Handler, HttpServer, PortInUseError, only_get
 
@@ -37,12 +38,16 @@ class PrometheusExporter:
                                   client_cafile=s.tls_client_cafile)
         self._server.add_route("/metrics", self._metrics)
         self._sd = None
+        # (component, exception) of what failed here off the ops' way: Telemetry counts them.
+        self.startup_errors: list[tuple[str, BaseException]] = []
         if s.sd_dir:
             try:
                 self._sd = FileSDTarget(
                     s.sd_dir, f"{s.target_host}:{self._server.port}",
                     {"job": s.job, "role": s.role, "rank": s.rank},
                     name=f"dpobs-{s.job}-{s.role}-{s.rank}-{os.getpid()}")
+            except Exception as exc:  # the endpoint still serves; only discovery is lost
+                self.startup_errors.append((names.COMPONENT_FILE_SD, exc))
             except BaseException:
                 self._server.close()
                 raise

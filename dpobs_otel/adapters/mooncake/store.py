@@ -298,6 +298,7 @@ class InstrumentedMooncakeStore:
         self._acct.record_error(op, error_type(code))
 
 
-def instrument_store(tel, store) -> InstrumentedMooncakeStore:
-    """`store` (a set-up mooncake.store.MooncakeDistributedStore) measured by `tel`."""
-    return InstrumentedMooncakeStore(tel, store)
+def instrument_store(tel, store):
+    """`store` (a set-up mooncake.store.MooncakeDistributedStore) measured by `tel`: an
+    InstrumentedMooncakeStore; with dpobs switched off, `store` itself."""
+    return InstrumentedMooncakeStore(tel, store) if tel.enabled else store

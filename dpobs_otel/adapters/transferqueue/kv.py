@@ -388,6 +388,9 @@ def _clean_meta(meta):
     return meta
 
 
-def instrument(tel, module=None) -> InstrumentedTransferQueue:
-    """`transfer_queue` with its kv_* API measured by `tel` (one dpobs Telemetry)."""
+def instrument(tel, module=None):
+    """`transfer_queue` with its kv_* API measured by `tel` (one dpobs Telemetry): an
+    InstrumentedTransferQueue; with dpobs switched off, the module itself."""
+    if not tel.enabled:
+        return module if module is not None else _tq_module()
     return InstrumentedTransferQueue(tel, module)

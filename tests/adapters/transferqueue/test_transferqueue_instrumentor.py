@@ -376,3 +376,40 @@ print("ok")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]
+
+
+def _async_client_session(partition: str):
+    """Every measured async client method once (what `opentelemetry-instrument` patches)."""
+    td = TensorDict({"w": torch.arange(6).reshape(3, 2)}, batch_size=[3])
+
+    async def session(client):
+        meta = await client.async_get_meta(data_fields=["w"], batch_size=3,
+                                           partition_id=partition, mode="insert")
+        await client.async_put(td, meta)
+        fetched = await client.async_get_meta(data_fields=["w"], batch_size=3,
+                                              partition_id=partition, mode="fetch",
+                                              task_name="t")
+        got = await client.async_get_data(fetched)
+        await client.async_clear_samples(fetched)
+        await client.async_clear_partition(partition)
+        return [r.tolist() for r in got["w"].unbind()]
+
+    got = call(asyncio.run, session(tq.get_client()), timeout_s=T)
+    return sorted(got) == td["w"].tolist()  # a fetch hands rows back in any order
+
+
+@pytest.mark.parametrize("switch", ["DPOBS_DISABLED", "OTEL_SDK_DISABLED"])
+@pytest.mark.parametrize("when", ["before instrument()", "before the first call"])
+def test_the_off_switch_leaves_the_client_classes_transfer_queues_own(cluster, instrumentor,
+                                                                      monkeypatch, switch, when):
+    # Issue 31: off, the first call's dpobs.start() gave back a DisabledTelemetry and the
+    # async path called a Telemetry-only method on the bare plane ('awaiting').
+    methods = _client_methods()
+    if when == "before instrument()":
+        monkeypatch.setenv(switch, "true")
+        instrumentor.instrument()
+        assert _client_methods() == methods  # nothing patched at all
+    else:
+        instrumentor.instrument()
+        monkeypatch.setenv(switch, "true")  # read where dpobs would start
+    assert _async_client_session(f"off{len(switch)}{len(when)}")
