@@ -14,6 +14,8 @@ from pathlib import Path
 from dpobs_otel.names import OP_DURATION_NATIVE_SERIES
 from dpobs_otel.testing.prometheus import Agent
 
+from .multinode import wait_for
+
 WORKLOAD = "dpobs_otel.testing.cluster_workload"
 JOB = "dpobs-mn"
 NODES = ("node-a", "node-b")
@@ -28,17 +30,6 @@ def failing(receiver) -> set[tuple[str, str]]:
     return {(a["labels"]["node"], a["labels"]["remote_name"]) for a in receiver.alerts()
             if a["labels"]["alertname"] == "DpobsAgentDeliveryFailing"
             and a["state"] == "firing"}
-
-
-def wait_for(fn, timeout: float, what: str, every: float = 0.5):
-    deadline = time.monotonic() + timeout
-    while True:
-        got = fn()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(every)
 
 
 class Run:
