@@ -119,6 +119,13 @@ def digests_to_tags(fields, tags, n: int, unrecorded: bool = False, current=None
     return bare, rows
 
 
+def parser_kwargs(data_parser) -> dict:
+    """`data_parser=` for TransferQueue's put calls only when the caller gave one:
+    TransferQueue 0.1.6 has no such parameter (kv_put, kv_batch_put, the clients' put; it
+    arrived in 0.1.7), so passing None there would raise where the bare call does not."""
+    return {} if data_parser is None else {"data_parser": data_parser}
+
+
 def put_with_digests(client, sample_ids, partition_id, fields, tags, data_parser,
                      pending=None):
     """kv_batch_put's own steps (look the rows up, merge the tags, put) through a
@@ -146,7 +153,7 @@ def put_with_digests(client, sample_ids, partition_id, fields, tags, data_parser
                                               create=True), sample_ids)
     fields = _tagged(meta, fields if pending is None else pending.result(), tags,
                      data_parser)
-    return _kv_meta(client.put(fields, meta, data_parser=data_parser), sample_ids,
+    return _kv_meta(client.put(fields, meta, **parser_kwargs(data_parser)), sample_ids,
                     partition_id)
 
 
@@ -156,7 +163,7 @@ async def _put_steps(client, sample_ids, partition_id, fields, tags, data_parser
     if pending is not None:
         fields = await asyncio.wrap_future(pending)
     fields = _tagged(meta, fields, tags, data_parser)
-    return _kv_meta(await client.async_put(fields, meta, data_parser=data_parser),
+    return _kv_meta(await client.async_put(fields, meta, **parser_kwargs(data_parser)),
                     sample_ids, partition_id)
 
 
