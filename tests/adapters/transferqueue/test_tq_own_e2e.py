@@ -1,7 +1,7 @@
 """TransferQueue's own end-to-end tests, shipped in its wheel (tests/e2e/), pass with
 TransferQueueInstrumentor on, and dpobs serves exactly one op per kv_* call they made, each
 failed call as an error of its type. Whichever TransferQueue release is installed: `make
-compat` runs this file against each of 0.1.6-0.1.11 (compat/README.md).
+compat` runs this file against each of 0.1.6-0.1.11 (compat/cells.toml).
 
 The e2e tests run in a child pytest (their module-scoped Ray and TransferQueue), with the
 plugin helpers/tq_own_e2e.py counting their calls above the instrumentor."""
