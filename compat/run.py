@@ -167,6 +167,31 @@ def cell_env(extra_path: str | None = None) -> dict:
     return env
 
 
+def resolve(r: dict) -> dict:
+    """`pip install --dry-run` of the wheel (with its transferqueue extra) beside a
+    framework's pins, with that framework's Python: a table row."""
+    python = interpreter(r["python"])
+    whl = wheel(python)
+    cmd = [python, "-m", "pip", "install", "--dry-run", "-q", "--ignore-installed",
+           f"dpobs-otel[transferqueue] @ {whl.as_uri()}", *r["pins"]]
+    rc, secs, out = sh(cmd, timeout=1200)
+    log(f"resolve beside {r['name']}: {'ok' if rc == 0 else 'FAILED'} in {secs:.0f} s")
+    if rc:
+        print(out[-4000:], flush=True)
+    return {"name": f"resolve: {r['name']}", "versions": {"python": r["python"]},
+            "build_s": secs, "run_s": 0.0, "ok": rc == 0,
+            "failed": [] if rc == 0 else ["pip install --dry-run"]}
+
+
+def swap_install(v: str):
+    """TransferQueue `v` alone, into a folder put first on the suite's PYTHONPATH."""
+    target = WORK / "swap" / f"transferqueue-{v}"
+    shutil.rmtree(target, ignore_errors=True)
+    rc, secs, out = sh([str(SUITE_PY), "-m", "pip", "install", "-q", "--no-deps",
+                        "--target", str(target), f"transferqueue=={v}"])
+    return v, target, rc, secs, out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", default=None, help="comma-separated cell names")
@@ -182,28 +207,17 @@ def main() -> int:
     t_all = time.monotonic()
     rows = []
 
-    # Resolutions and swapped TransferQueue releases need the network to prepare: first.
-    if not args.skip_resolve:
-        for r in spec["resolve"]:
-            python = interpreter(r["python"])
-            whl = wheel(python)
-            cmd = [python, "-m", "pip", "install", "--dry-run", "-q", "--ignore-installed",
-                   f"dpobs-otel[transferqueue] @ {whl.as_uri()}", *r["pins"]]
-            rc, secs, out = sh(cmd, timeout=1200)
-            log(f"resolve beside {r['name']}: {'ok' if rc == 0 else 'FAILED'} in {secs:.0f} s")
-            if rc:
-                print(out[-4000:], flush=True)
-            rows.append({"name": f"resolve: {r['name']}", "versions": {"python": r["python"]},
-                         "build_s": secs, "run_s": 0.0, "ok": rc == 0, "failed": [] if rc == 0
-                         else ["pip install --dry-run"]})
-    swaps = []
-    if not args.skip_swap and args.only is None:
-        for v in spec["swap"]["transferqueue"]:
-            target = WORK / "swap" / f"transferqueue-{v}"
-            shutil.rmtree(target, ignore_errors=True)
-            rc, secs, out = sh([str(SUITE_PY), "-m", "pip", "install", "-q", "--no-deps",
-                                "--target", str(target), f"transferqueue=={v}"])
-            swaps.append((v, target, rc, secs, out))
+    # One wheel per Python version, built before anything runs beside anything (in-tree).
+    for version in sorted({c["python"] for c in cells} | {r["python"] for r in spec["resolve"]}):
+        t0 = time.monotonic()
+        log(f"wheel for Python {version}: {wheel(interpreter(version)).name} "
+            f"({time.monotonic() - t0:.0f} s)")
+    # Resolutions and swapped TransferQueue releases need the network: on a thread of their
+    # own beside the cells (downloads, while the cells use the CPUs).
+    net = concurrent.futures.ThreadPoolExecutor(1)
+    resolves = [] if args.skip_resolve else [net.submit(resolve, r) for r in spec["resolve"]]
+    swaps = [] if args.skip_swap or args.only else [
+        net.submit(swap_install, v) for v in spec["swap"]["transferqueue"]]
 
     with concurrent.futures.ThreadPoolExecutor(1) as builder:
         pending = builder.submit(build, cells[0], extras) if cells else None
@@ -227,7 +241,8 @@ def main() -> int:
                          {"python": cell["python"]}, "build_s": built["build_s"],
                          "run_s": time.monotonic() - t0, "ok": not failed, "failed": failed})
 
-    for v, target, rc, secs, out in swaps:
+    for future in swaps:
+        v, target, rc, secs, out = future.result()
         t0 = time.monotonic()
         if rc:
             log(f"transferqueue {v}: install FAILED\n{out[-3000:]}")
@@ -250,6 +265,8 @@ def main() -> int:
                      "run_s": time.monotonic() - t0, "ok": not any(r["rc"] for r in results),
                      "failed": [r["check"] for r in results if r["rc"]]})
 
+    rows += [future.result() for future in resolves]
+    net.shutdown()
     total = time.monotonic() - t_all
     print(table(rows, total), flush=True)
     return 0 if rows and all(r["ok"] for r in rows) else 1
