@@ -9,7 +9,8 @@ is built while the current one runs. Then the TransferQueue releases that no cel
 swapped into the suite's own .venv, and the dry-run resolutions beside each framework's pins.
 Prints each step's time and a summary table; exits non-zero if anything failed.
 
-    python compat/run.py [--only CELL,...] [--skip-swap] [--skip-resolve] [--keep]
+    python compat/run.py [--only CELL,...] [--checks core+guard,transferqueue,demo]
+                         [--skip-swap] [--skip-resolve] [--keep]
 """
 from __future__ import annotations
 
@@ -145,9 +146,11 @@ def checks(python: str, env: dict) -> list[tuple[str, list[str]]]:
             ("demo", [python, str(REPO / "compat" / "demo_check.py")])]
 
 
-def run_checks(name: str, python: str, ns: list[str], env: dict) -> list[dict]:
+def run_checks(name: str, python: str, ns: list[str], env: dict, only=None) -> list[dict]:
     results = []
     for what, cmd in checks(python, env):
+        if only is not None and what not in only:
+            continue
         rc, secs, out = sh([*ns, *cmd], cwd=REPO, env=env, timeout=1500)
         summary = next((line for line in reversed(out.splitlines()) if line.strip()), "")
         log(f"{name}: {what} {'ok' if rc == 0 else f'FAILED (exit {rc})'} in {secs:.0f} s"
@@ -195,6 +198,8 @@ def swap_install(v: str):
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", default=None, help="comma-separated cell names")
+    ap.add_argument("--checks", default=None, help="comma-separated: core+guard, "
+                    "transferqueue, demo (default all)")
     ap.add_argument("--skip-swap", action="store_true")
     ap.add_argument("--skip-resolve", action="store_true")
     ap.add_argument("--keep", action="store_true", help="keep each cell's virtualenv")
@@ -207,7 +212,9 @@ def main() -> int:
     t_all = time.monotonic()
     rows = []
 
-    # One wheel per Python version, built before anything runs beside anything (in-tree).
+    # One wheel per Python version, built before anything runs beside anything (in-tree),
+    # afresh: from this checkout.
+    shutil.rmtree(WORK / "wheels", ignore_errors=True)
     for version in sorted({c["python"] for c in cells} | {r["python"] for r in spec["resolve"]}):
         t0 = time.monotonic()
         log(f"wheel for Python {version}: {wheel(interpreter(version)).name} "
@@ -233,7 +240,7 @@ def main() -> int:
                 results = [{"check": "build", "rc": 1, "s": 0.0}]
             else:
                 results = run_checks(name, str(built["venv"] / "bin" / "python"), ns,
-                                     cell_env())
+                                     cell_env(), args.checks and args.checks.split(","))
             if not args.keep:
                 shutil.rmtree(built["venv"], ignore_errors=True)
             failed = [r["check"] for r in results if r["rc"]]
