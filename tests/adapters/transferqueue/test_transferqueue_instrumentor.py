@@ -183,9 +183,12 @@ def test_ray_actor_measured_with_environment_variables_only(cluster, tmp_path, s
     # The whole switch, and dpobs's usual settings: either OpenTelemetry's
     # auto-instrumentation directory on PYTHONPATH (what opentelemetry-instrument sets), or
     # DPOBS_AUTO=1 (the dpobs-otel-auto.pth start-up hook the package installs).
-    env_vars = {**_zero_code_env(sd_dir, "rollout"), "PYTHONPATH": TESTS}
+    # The actor sees this process's PYTHONPATH after those (make compat puts a TransferQueue
+    # release first on it).
+    path = [TESTS, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    env_vars = {**_zero_code_env(sd_dir, "rollout"), "PYTHONPATH": os.pathsep.join(path)}
     if switch == "opentelemetry":
-        env_vars["PYTHONPATH"] = os.pathsep.join([os.path.dirname(otel_auto.__file__), TESTS])
+        env_vars["PYTHONPATH"] = os.pathsep.join([os.path.dirname(otel_auto.__file__), *path])
     else:
         env_vars["DPOBS_AUTO"] = "1"
     actor = ray.remote(num_cpus=0)(rollout_actor.RolloutWorker).options(
