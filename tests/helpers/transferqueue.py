@@ -18,13 +18,14 @@ def _release() -> tuple:
 
 # What the installed TransferQueue release does that earlier ones did not (`make compat` runs
 # these tests on every release 0.1.6-0.1.11):
-#   * from 0.1.7, the puts take a data_parser; and kv_list of a partition id that is not a
-#     string fails: in 0.1.6 it never returns, bare or measured, and TransferQueue answers
-#     nothing after it (its controller's request loop is gone), so it is not tried there;
+#   * from 0.1.7, the puts take a data_parser;
+#   * from 0.1.10, kv_list of a partition id that is not a string fails: before, it never
+#     returns, bare or measured, and TransferQueue answers nothing after it (the exception
+#     ends its controller's request loop, which 0.1.10 restarts), so it is not tried there;
 #   * from 0.1.9, a read that names absent keys drops them and returns the rest (a short
 #     read); before, it returns no rows and kv_batch_get raises ValueError("keys or partition
 #     were not found!"), which the adapter raises as well, counted as a failed get.
 RELEASE = _release()
 DATA_PARSER = RELEASE >= (0, 1, 7)
-LIST_REFUSES = RELEASE >= (0, 1, 7)
+LIST_REFUSES = RELEASE >= (0, 1, 10)
 SHORT_READS = RELEASE >= (0, 1, 9)
