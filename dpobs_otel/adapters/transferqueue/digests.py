@@ -126,6 +126,23 @@ def parser_kwargs(data_parser) -> dict:
     return {} if data_parser is None else {"data_parser": data_parser}
 
 
+@functools.lru_cache(maxsize=1)  # once per process: guarded puts are a hot path
+def _length_refusals() -> tuple[str, str]:
+    """kv_batch_put's refusals of keys that do not match the fields or the tags, worded as
+    the installed TransferQueue words them (0.1.7-0.1.9 differ from 0.1.6 and 0.1.10 on)."""
+    try:
+        from importlib.metadata import version
+
+        release = tuple(int(x) for x in version("transferqueue").split(".")[:3])
+    except Exception:  # not installed as a distribution, or an unusual version string
+        release = None
+    if release is not None and (0, 1, 7) <= release < (0, 1, 10):
+        return ("Length of `keys` ({n}) does not match `fields` batch size ({m}).",
+                "Length of `keys` ({n}) does not match length of `tags` ({t}).")
+    return ("`keys` with length {n} does not match the `fields` TensorDict with batch_size {m}",
+            "keys with length {n} does not match length of tags {t}")
+
+
 def put_with_digests(client, sample_ids, partition_id, fields, tags, data_parser,
                      pending=None):
     """kv_batch_put's own steps (look the rows up, merge the tags, put) through a
@@ -139,12 +156,11 @@ def put_with_digests(client, sample_ids, partition_id, fields, tags, data_parser
     is a hand-off of its own, and the second one cost a guarded put about 0.3-0.5 ms
     (docs/performance.md, "TransferQueue"). A client without that runner takes the sync
     calls."""
-    if fields.batch_size[0] != len(sample_ids):  # TransferQueue's checks, in its words
-        raise ValueError(f"`keys` with length {len(sample_ids)} does not match the "
-                         f"`fields` TensorDict with batch_size {fields.batch_size[0]}")
+    fields_words, tags_words = _length_refusals()  # TransferQueue's checks, in its words
+    if fields.batch_size[0] != len(sample_ids):
+        raise ValueError(fields_words.format(n=len(sample_ids), m=fields.batch_size[0]))
     if tags is not None and len(tags) != len(sample_ids):
-        raise ValueError(f"keys with length {len(sample_ids)} does not match length of "
-                         f"tags {len(tags)}")
+        raise ValueError(tags_words.format(n=len(sample_ids), t=len(tags)))
     run = getattr(client, "_run_coroutine", None)
     if run is not None:
         return run(_put_steps(client, sample_ids, partition_id, fields, tags, data_parser,
