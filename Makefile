@@ -9,7 +9,7 @@ WHEELS := .wheels
 WHEEL_STAMP := $(WHEELS)/.downloaded
 WHEEL_EXTRAS := dashboards,instrument,top
 
-.PHONY: demo test install dashboards kubernetes bench clean
+.PHONY: demo test install dashboards kubernetes bench clean compat
 
 # pyproject.toml declares ranges; the suite runs the one point of them in SUITE_PINS.
 SUITE_PINS := constraints/suite.txt
@@ -53,6 +53,13 @@ test: $(STAMP) $(WHEEL_STAMP)
 	fi; \
 	if [ $$rc = 5 ]; then echo "make test: pytest collected no tests (exit 5): a failure"; fi; \
 	exit $$rc
+
+# The compatibility matrix (compat/cells.toml: verl 0.9, NeMo-RL, ROLL, the declared floors,
+# the newest releases; every TransferQueue 0.1.6-0.1.11; the dry-run resolutions beside each
+# framework's pins). compat/run.py builds each cell's virtualenv with the network, runs its
+# checks in a loopback-only namespace, deletes it; exits non-zero if any cell fails.
+compat: $(STAMP)
+	$(BIN)/python compat/run.py $(COMPAT_ARGS)
 
 dashboards: $(STAMP)
 	$(BIN)/dpobs dashboards --out dashboards

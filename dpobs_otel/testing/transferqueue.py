@@ -55,6 +55,10 @@ NUM_CPUS = 2  # logical; exactly controller + one unit.  Raise it if tests add a
 LOOPBACK_IP = "127.0.0.1"
 # Environment for every process that starts or joins Ray here (set before `import ray`).
 LOOPBACK_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+# The Ray namespace of the starter and every process that attaches: TransferQueue before
+# 0.1.8 names its controller in the driver's namespace (0.1.8 on: "transfer_queue"), so a
+# child finds it only in the starter's.
+RAY_NAMESPACE = "loopback"  # (the zero-code test holds its script free of "dpobs")
 
 _started_here = False  # True only in the process whose start() created the TQ actors
 _attached_here = False
@@ -118,6 +122,7 @@ def start(timeout_s: float = 90.0, num_cpus: int = NUM_CPUS) -> TQHandle:
             include_dashboard=False,
             object_store_memory=100 * 1024**2,
             log_to_driver=False,
+            namespace=RAY_NAMESPACE,
         )
         timings["ray_init"] = time.perf_counter() - t0
         address = ctx.address_info["gcs_address"]
@@ -142,10 +147,16 @@ def attach(address: str, timeout_s: float = 60.0) -> None:
 
     try:
         # fails fast if the address is dead
-        ray.init(address=address, _node_ip_address=LOOPBACK_IP, log_to_driver=False)
-        # Controller is the named actor "TransferQueueController" in namespace "transfer_queue".
-        # Check it exists first: if it did not, tq.init() would silently start a second TransferQueue.
-        call(ray.get_actor, "TransferQueueController", namespace="transfer_queue", timeout_s=timeout_s)
+        ray.init(address=address, _node_ip_address=LOOPBACK_IP, log_to_driver=False,
+                 namespace=RAY_NAMESPACE)
+        # Controller is the named actor "TransferQueueController" in namespace "transfer_queue"
+        # (before 0.1.8: the starter's, RAY_NAMESPACE). Check it exists first: if it did not,
+        # tq.init() would silently start a second TransferQueue.
+        try:
+            call(ray.get_actor, "TransferQueueController", namespace="transfer_queue",
+                 timeout_s=timeout_s)
+        except ValueError:
+            call(ray.get_actor, "TransferQueueController", timeout_s=timeout_s)
         _attached_here = True
         call(tq.init, timeout_s=timeout_s)  # finds the controller -> builds only a client
     except BaseException:
@@ -161,7 +172,11 @@ def detach() -> None:
 
     # tq.close() would ray.kill() the shared controller (attach sets interface._TQ_CONTROLLER),
     # so close the client by hand and drop the module's references.
-    client, tqi._TQ_CLIENT, tqi._TQ_CONTROLLER = tqi._TQ_CLIENT, None, None
+    # (0.1.6 names them _TRANSFER_QUEUE_CLIENT and _TRANSFER_QUEUE_CONTROLLER.)
+    prefix = "_TQ_" if hasattr(tqi, "_TQ_CLIENT") else "_TRANSFER_QUEUE_"
+    client = getattr(tqi, prefix + "CLIENT")
+    setattr(tqi, prefix + "CLIENT", None)
+    setattr(tqi, prefix + "CONTROLLER", None)
     try:
         if client is not None:
             call(client.close, timeout_s=15)

@@ -30,6 +30,7 @@ put's time leaves it out.
 from __future__ import annotations
 
 import asyncio
+import copy
 import functools
 import inspect
 import os
@@ -38,7 +39,8 @@ import weakref
 from concurrent.futures import ThreadPoolExecutor
 
 from ..instrumentation import is_own_call, own
-from .digests import carries_tags, digest_columns, digests_to_tags, strip_digest_tags
+from .digests import (carries_tags, digest_columns, digests_to_tags, parser_kwargs,
+                      strip_digest_tags)
 
 SYNC_METHODS = ("get_meta", "put", "get_data", "clear_samples", "clear_partition")
 ASYNC_METHODS = tuple("async_" + m for m in SYNC_METHODS)
@@ -69,9 +71,11 @@ class _ClientPlane:
                                            unrecorded=data_parser is not None,
                                            current=metadata.custom_meta)
             if rows is not None:
-                metadata = metadata.copy()  # the caller's BatchMeta stays as it was
+                # the caller's BatchMeta stays as it was (0.1.6's BatchMeta has no copy())
+                metadata = (metadata.copy() if hasattr(metadata, "copy")
+                            else copy.deepcopy(metadata))
                 metadata.update_custom_meta(rows)
-        out = run("put", fields, metadata, partition, data_parser)
+        out = run("put", fields, metadata, partition, **parser_kwargs(data_parser))
         if metadata is not None and fields is not None and len(fields.keys()):
             for p in set(metadata.partition_ids):
                 self._fields.setdefault(p, next(iter(fields.keys())))
@@ -122,7 +126,7 @@ def _dispatch(name: str, measured, plane: _ClientPlane, run, a: dict):
                        partition_id=a["partition_id"], mode="insert")
         return measured.put_samples([] if meta is None else _ids(meta), ROWS, data, None,
                                     run=run, metadata=meta, partition=a["partition_id"],
-                                    data_parser=a["data_parser"])
+                                    data_parser=a.get("data_parser"))  # none in 0.1.6
     if name == "get_data":
         return measured.get_data(_ids(a["metadata"]), ROWS, None, run=run,
                                  metadata=a["metadata"])

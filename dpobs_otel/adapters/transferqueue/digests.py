@@ -119,6 +119,30 @@ def digests_to_tags(fields, tags, n: int, unrecorded: bool = False, current=None
     return bare, rows
 
 
+def parser_kwargs(data_parser) -> dict:
+    """`data_parser=` for TransferQueue's put calls only when the caller gave one:
+    TransferQueue 0.1.6 has no such parameter (kv_put, kv_batch_put, the clients' put; it
+    arrived in 0.1.7), so passing None there would raise where the bare call does not."""
+    return {} if data_parser is None else {"data_parser": data_parser}
+
+
+@functools.lru_cache(maxsize=1)  # once per process: guarded puts are a hot path
+def _length_refusals() -> tuple[str, str]:
+    """kv_batch_put's refusals of keys that do not match the fields or the tags, worded as
+    the installed TransferQueue words them (0.1.7-0.1.9 differ from 0.1.6 and 0.1.10 on)."""
+    try:
+        from importlib.metadata import version
+
+        release = tuple(int(x) for x in version("transferqueue").split(".")[:3])
+    except Exception:  # not installed as a distribution, or an unusual version string
+        release = None
+    if release is not None and (0, 1, 7) <= release < (0, 1, 10):
+        return ("Length of `keys` ({n}) does not match `fields` batch size ({m}).",
+                "Length of `keys` ({n}) does not match length of `tags` ({t}).")
+    return ("`keys` with length {n} does not match the `fields` TensorDict with batch_size {m}",
+            "keys with length {n} does not match length of tags {t}")
+
+
 def put_with_digests(client, sample_ids, partition_id, fields, tags, data_parser,
                      pending=None):
     """kv_batch_put's own steps (look the rows up, merge the tags, put) through a
@@ -132,12 +156,11 @@ def put_with_digests(client, sample_ids, partition_id, fields, tags, data_parser
     is a hand-off of its own, and the second one cost a guarded put about 0.3-0.5 ms
     (docs/performance.md, "TransferQueue"). A client without that runner takes the sync
     calls."""
-    if fields.batch_size[0] != len(sample_ids):  # TransferQueue's checks, in its words
-        raise ValueError(f"`keys` with length {len(sample_ids)} does not match the "
-                         f"`fields` TensorDict with batch_size {fields.batch_size[0]}")
+    fields_words, tags_words = _length_refusals()  # TransferQueue's checks, in its words
+    if fields.batch_size[0] != len(sample_ids):
+        raise ValueError(fields_words.format(n=len(sample_ids), m=fields.batch_size[0]))
     if tags is not None and len(tags) != len(sample_ids):
-        raise ValueError(f"keys with length {len(sample_ids)} does not match length of "
-                         f"tags {len(tags)}")
+        raise ValueError(tags_words.format(n=len(sample_ids), t=len(tags)))
     run = getattr(client, "_run_coroutine", None)
     if run is not None:
         return run(_put_steps(client, sample_ids, partition_id, fields, tags, data_parser,
@@ -146,7 +169,7 @@ def put_with_digests(client, sample_ids, partition_id, fields, tags, data_parser
                                               create=True), sample_ids)
     fields = _tagged(meta, fields if pending is None else pending.result(), tags,
                      data_parser)
-    return _kv_meta(client.put(fields, meta, data_parser=data_parser), sample_ids,
+    return _kv_meta(client.put(fields, meta, **parser_kwargs(data_parser)), sample_ids,
                     partition_id)
 
 
@@ -156,7 +179,7 @@ async def _put_steps(client, sample_ids, partition_id, fields, tags, data_parser
     if pending is not None:
         fields = await asyncio.wrap_future(pending)
     fields = _tagged(meta, fields, tags, data_parser)
-    return _kv_meta(await client.async_put(fields, meta, data_parser=data_parser),
+    return _kv_meta(await client.async_put(fields, meta, **parser_kwargs(data_parser)),
                     sample_ids, partition_id)
 
 

@@ -32,8 +32,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ...guard import is_digest_field
 from ..instrumentation import MEASURED, own
-from .digests import (carries_tags, digest_columns, put_with_digests, strip_digest_tags,
-                      without_digest_tags)
+from .digests import (carries_tags, digest_columns, parser_kwargs, put_with_digests,
+                      strip_digest_tags, without_digest_tags)
 
 __all__ = ["TransferQueueDataPlane", "InstrumentedTransferQueue", "instrument"]
 
@@ -118,7 +118,7 @@ class TransferQueueDataPlane:
             return put_with_digests(self._tq.get_client(), sample_ids, partition_id, fields,
                                     tags, data_parser, pending_fields)
         return self._tq.kv_batch_put(keys=sample_ids, partition_id=partition_id, fields=fields,
-                                     tags=tags, data_parser=data_parser)
+                                     tags=tags, **parser_kwargs(data_parser))
 
     @own
     def get_samples(self, sample_ids, partition_id, select_fields=None, refused=None):

@@ -12,7 +12,7 @@ import torch
 import transfer_queue as tq
 from helpers import scrape, value
 from tensordict import TensorDict
-from helpers.transferqueue import MISSING, OPS, T
+from helpers.transferqueue import LIST_REFUSES, MISSING, OPS, SHORT_READS, T
 
 from dpobs_otel.testing.transferqueue import call
 
@@ -44,7 +44,7 @@ def _calls(pid: str, meta) -> dict:
         "kv_batch_get": ((ids, pid), [(["nobody"], pid)]),
         "kv_batch_get_by_meta": ((meta,), [(dataclasses.replace(meta, partition_id=None),),
                                           (meta, ["not_in_meta"])]),
-        "kv_list": ((pid,), [(["not", "a", "partition"],)]),
+        "kv_list": ((pid,), [(["not", "a", "partition"],)] if LIST_REFUSES else []),
         "kv_clear": ((ids, pid), [(None, pid)]),
     }
 
@@ -91,6 +91,9 @@ def test_every_kv_entry_point_timed_and_counted_including_failures(cluster, make
 # -- rows TransferQueue drops from a read: counted always, logged once a minute --------
 def test_dropped_rows_logged_once_per_partition_per_minute(cluster, make_tel, caplog,
                                                            monkeypatch):
+    if not SHORT_READS:
+        pytest.skip("TransferQueue before 0.1.9 drops no rows: an absent key fails the read "
+                    "(test_transferqueue.py's short-read test checks that)")
     tel = make_tel(False)
     q = dtq.instrument(tel)
     now = [1000.0]

@@ -25,7 +25,7 @@ from tensordict import TensorDict
 import dpobs_otel as dpobs
 from dpobs_otel.adapters.transferqueue import KV_FUNCTIONS, TransferQueueInstrumentor
 from dpobs_otel.adapters.transferqueue.client import ASYNC_METHODS, SYNC_METHODS
-from dpobs_otel.testing.transferqueue import LOOPBACK_ENV, call
+from dpobs_otel.testing.transferqueue import LOOPBACK_ENV, RAY_NAMESPACE, call
 from helpers import rollout_actor, scrape, value
 from helpers.transferqueue import BYTES, KEYS, OPS, T
 
@@ -123,7 +123,8 @@ import transfer_queue.interface as tqi
 from tensordict import TensorDict
 
 # Join the test's Ray cluster; tq.init() finds its controller and builds a client only.
-ray.init(address={address!r}, _node_ip_address="127.0.0.1", log_to_driver=False)
+ray.init(address={address!r}, _node_ip_address="127.0.0.1", log_to_driver=False,
+         namespace={namespace!r})
 tq.init()
 try:
     keys = ["s0", "s1", "s2", "s3"]
@@ -135,7 +136,10 @@ try:
     tq.kv_clear(keys=keys, partition_id="launcher")
 finally:
     # Close this client only: tq.close() would kill the controller the test owns.
-    client, tqi._TQ_CLIENT, tqi._TQ_CONTROLLER = tqi._TQ_CLIENT, None, None
+    prefix = "_TQ_" if hasattr(tqi, "_TQ_CLIENT") else "_TRANSFER_QUEUE_"  # 0.1.6's names
+    client = getattr(tqi, prefix + "CLIENT")
+    setattr(tqi, prefix + "CLIENT", None)
+    setattr(tqi, prefix + "CONTROLLER", None)
     client.close()
     ray.shutdown()
 """
@@ -143,7 +147,7 @@ finally:
 
 def test_unmodified_script_under_opentelemetry_instrument(cluster, tmp_path):
     script = tmp_path / "train.py"
-    script.write_text(_SCRIPT.format(address=cluster.ray_address))
+    script.write_text(_SCRIPT.format(address=cluster.ray_address, namespace=RAY_NAMESPACE))
     assert "dpobs" not in script.read_text()
     sd_dir = tmp_path / "sd"
     sd_dir.mkdir()
@@ -179,9 +183,12 @@ def test_ray_actor_measured_with_environment_variables_only(cluster, tmp_path, s
     # The whole switch, and dpobs's usual settings: either OpenTelemetry's
     # auto-instrumentation directory on PYTHONPATH (what opentelemetry-instrument sets), or
     # DPOBS_AUTO=1 (the dpobs-otel-auto.pth start-up hook the package installs).
-    env_vars = {**_zero_code_env(sd_dir, "rollout"), "PYTHONPATH": TESTS}
+    # The actor sees this process's PYTHONPATH after those (make compat puts a TransferQueue
+    # release first on it).
+    path = [TESTS, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    env_vars = {**_zero_code_env(sd_dir, "rollout"), "PYTHONPATH": os.pathsep.join(path)}
     if switch == "opentelemetry":
-        env_vars["PYTHONPATH"] = os.pathsep.join([os.path.dirname(otel_auto.__file__), TESTS])
+        env_vars["PYTHONPATH"] = os.pathsep.join([os.path.dirname(otel_auto.__file__), *path])
     else:
         env_vars["DPOBS_AUTO"] = "1"
     actor = ray.remote(num_cpus=0)(rollout_actor.RolloutWorker).options(

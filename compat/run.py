@@ -1,0 +1,298 @@
+#!/usr/bin/env python3
+"""`make compat`: the compatibility matrix of compat/cells.toml.
+
+With the network, each cell's virtualenv is built from the dpobs-otel wheel (one wheel per
+Python version, built here from the checkout) beside the framework's pins; then the cell's
+checks run in a loopback-only network namespace (unshare --net, only `lo` up), and its
+virtualenv is deleted (a PyPI torch is a CUDA build: several GB). The next cell's virtualenv
+is built while the current one runs. Then the TransferQueue releases that no cell runs, each
+swapped into the suite's own .venv, and the dry-run resolutions beside each framework's pins.
+Prints each step's time and a summary table; exits non-zero if anything failed.
+
+    python compat/run.py [--only CELL,...] [--checks core+guard,transferqueue,demo]
+                         [--skip-swap] [--skip-resolve] [--keep]
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+WORK = Path(os.environ.get("COMPAT_DIR", "/tmp/dpobs-compat"))
+SUITE_PY = REPO / ".venv" / "bin" / "python"
+LOOPBACK = ["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$0" "$@"']
+# What each cell runs (inside the namespace, from the repository root): the core and guard
+# suites, the TransferQueue adapter's live tests with the installed release's own e2e tests,
+# and the demo on TransferQueue with its truth columns checked (compat/demo_check.py).
+CORE = ["tests/test_bound.py", "tests/test_client.py", "tests/test_critical.py",
+        "tests/test_nested.py", "tests/test_rowage.py", "tests/test_sizing.py",
+        "tests/test_telemetry.py", "tests/test_asyncio_waits.py", "tests/test_imports.py",
+        "tests/test_network.py", "tests/guard", "tests/stores"]
+ADAPTER = ["tests/adapters/transferqueue"]
+SHOWN = ["torch", "tensordict", "transferqueue", "ray", "numpy", "opentelemetry-sdk",
+         "opentelemetry-exporter-prometheus"]
+
+
+def log(msg: str) -> None:
+    print(f"[compat {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def sh(cmd, *, timeout=None, **kw) -> tuple[int, float, str]:
+    """Run cmd; (exit status, seconds, last lines of its output)."""
+    t0 = time.monotonic()
+    try:
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           timeout=timeout, **kw)
+        rc, out = p.returncode, p.stdout
+    except subprocess.TimeoutExpired as exc:
+        rc, out = 124, f"{exc.output or ''}\n(timed out after {timeout} s)"
+    return rc, time.monotonic() - t0, out
+
+
+def interpreter(version: str) -> str:
+    found = sorted(glob.glob(f"/root/.pyenv/versions/{version}.*/bin/python"))
+    path = found[-1] if found else shutil.which(f"python{version}")
+    if path is None:
+        sys.exit(f"compat: no Python {version} on this machine")
+    return path
+
+
+def loopback_only() -> list[str]:
+    if os.geteuid() == 0 and shutil.which("ip") and sh(["unshare", "--net", "true"])[0] == 0:
+        return LOOPBACK
+    if os.environ.get("CI"):
+        sys.exit("compat: under CI the cells must run in a loopback-only namespace "
+                 "(root, unshare and iproute2's ip)")
+    log("NOT network-isolated (needs root, unshare and ip): running on the host network")
+    return []
+
+
+def wheel(python: str) -> Path:
+    """The dpobs-otel wheel for this interpreter (the guard's C kernel is per version)."""
+    out = WORK / "wheels" / Path(python).parent.parent.name
+    found = list(out.glob("dpobs_otel-*.whl"))
+    if not found:
+        rc, _, text = sh([python, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out),
+                          str(REPO)])
+        found = list(out.glob("dpobs_otel-*.whl"))
+        if rc or not found:
+            raise RuntimeError(f"building the wheel with {python} failed:\n{text[-3000:]}")
+    return found[0]
+
+
+def requirements(cell: dict, extras: str) -> tuple[list[str], list[str]]:
+    """(requirements, pip options) of a cell's install."""
+    if "floor" in cell:
+        rc, _, text = sh([sys.executable, str(REPO / "compat" / "floor.py"), *cell["floor"]])
+        if rc:
+            raise RuntimeError(text)
+        # Issue 29: the floors install together as wheels.
+        return text.split(), ["--only-binary", ":all:"]
+    return list(cell.get("pins", [])), []
+
+
+def build(cell: dict, extras: str) -> dict:
+    """The cell's virtualenv, with the network. Returns what run() needs."""
+    venv = WORK / "venvs" / cell["name"]
+    shutil.rmtree(venv, ignore_errors=True)
+    python = interpreter(cell["python"])
+    t0 = time.monotonic()
+    try:
+        whl = wheel(python)
+        reqs, opts = requirements(cell, extras)
+        for cmd in ([python, "-m", "venv", str(venv)],
+                    [str(venv / "bin" / "pip"), "install", "-q", "--no-compile", *opts,
+                     f"dpobs-otel[{extras}] @ {whl.as_uri()}", *reqs]):
+            rc, _, text = sh(cmd)
+            if rc:
+                raise RuntimeError(f"{' '.join(cmd)}\n{text[-4000:]}")
+        versions = installed(venv / "bin" / "python")
+        error = None
+    except RuntimeError as exc:
+        versions, error = {}, str(exc)
+    return {"venv": venv, "versions": versions, "build_s": time.monotonic() - t0,
+            "error": error}
+
+
+def installed(python) -> dict:
+    code = ("import importlib.metadata as m, json, sys\n"
+            f"names = {SHOWN!r}\n"
+            "out = {}\n"
+            "for n in names:\n"
+            "    try: out[n] = m.version(n)\n"
+            "    except m.PackageNotFoundError: out[n] = '-'\n"
+            "out['python'] = '.'.join(map(str, sys.version_info[:3]))\n"
+            "print(json.dumps(out))")
+    rc, _, text = sh([str(python), "-c", code], cwd="/")
+    return json.loads(text.splitlines()[-1]) if rc == 0 else {}
+
+
+def checks(python: str, env: dict) -> list[tuple[str, list[str]]]:
+    # The venv's pytest script, not `python -m pytest`: that would put the checkout first on
+    # sys.path, and the tests must import dpobs_otel from the installed wheel.
+    pytest = [str(Path(python).parent / "pytest"), "-q", "-p", "no:cacheprovider",
+              "-o", "addopts="]
+    return [("core+guard", [*pytest, *CORE]),
+            ("transferqueue", [*pytest, *ADAPTER]),
+            ("demo", [python, str(REPO / "compat" / "demo_check.py")])]
+
+
+def run_checks(name: str, python: str, ns: list[str], env: dict, only=None) -> list[dict]:
+    results = []
+    for what, cmd in checks(python, env):
+        if only is not None and what not in only:
+            continue
+        rc, secs, out = sh([*ns, *cmd], cwd=REPO, env=env, timeout=1500)
+        summary = next((line for line in reversed(out.splitlines()) if line.strip()), "")
+        log(f"{name}: {what} {'ok' if rc == 0 else f'FAILED (exit {rc})'} in {secs:.0f} s"
+            f" - {summary[:150]}")
+        if rc:
+            print(out[-8000:], flush=True)
+        results.append({"check": what, "rc": rc, "s": secs})
+    return results
+
+
+def cell_env(extra_path: str | None = None) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DPOBS_", "VIRTUAL_ENV"))}
+    env.pop("PYTHONPATH", None)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"  # no __pycache__ of the cells in the checkout
+    if extra_path:
+        env["PYTHONPATH"] = extra_path
+    return env
+
+
+def resolve(r: dict) -> dict:
+    """`pip install --dry-run` of the wheel (with its transferqueue extra) beside a
+    framework's pins, with that framework's Python: a table row."""
+    python = interpreter(r["python"])
+    whl = wheel(python)
+    cmd = [python, "-m", "pip", "install", "--dry-run", "-q", "--ignore-installed",
+           f"dpobs-otel[transferqueue] @ {whl.as_uri()}", *r["pins"]]
+    rc, secs, out = sh(cmd, timeout=1200)
+    log(f"resolve beside {r['name']}: {'ok' if rc == 0 else 'FAILED'} in {secs:.0f} s")
+    if rc:
+        print(out[-4000:], flush=True)
+    return {"name": f"resolve: {r['name']}", "versions": {"python": r["python"]},
+            "build_s": secs, "run_s": 0.0, "ok": rc == 0,
+            "failed": [] if rc == 0 else ["pip install --dry-run"]}
+
+
+def swap_install(v: str):
+    """TransferQueue `v` alone, into a folder put first on the suite's PYTHONPATH."""
+    target = WORK / "swap" / f"transferqueue-{v}"
+    shutil.rmtree(target, ignore_errors=True)
+    rc, secs, out = sh([str(SUITE_PY), "-m", "pip", "install", "-q", "--no-deps",
+                        "--target", str(target), f"transferqueue=={v}"])
+    return v, target, rc, secs, out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only", default=None, help="comma-separated cell names")
+    ap.add_argument("--checks", default=None, help="comma-separated: core+guard, "
+                    "transferqueue, demo (default all)")
+    ap.add_argument("--skip-swap", action="store_true")
+    ap.add_argument("--skip-resolve", action="store_true")
+    ap.add_argument("--keep", action="store_true", help="keep each cell's virtualenv")
+    args = ap.parse_args()
+    spec = tomllib.loads((REPO / "compat" / "cells.toml").read_text())
+    cells = [c for c in spec["cell"] if args.only is None or c["name"] in args.only.split(",")]
+    extras = spec["extras"]
+    ns = loopback_only()
+    WORK.mkdir(parents=True, exist_ok=True)
+    t_all = time.monotonic()
+    rows = []
+
+    # One wheel per Python version, built before anything runs beside anything (in-tree),
+    # afresh: from this checkout.
+    shutil.rmtree(WORK / "wheels", ignore_errors=True)
+    for version in sorted({c["python"] for c in cells} | {r["python"] for r in spec["resolve"]}):
+        t0 = time.monotonic()
+        log(f"wheel for Python {version}: {wheel(interpreter(version)).name} "
+            f"({time.monotonic() - t0:.0f} s)")
+    # Resolutions and swapped TransferQueue releases need the network: on a thread of their
+    # own beside the cells (downloads, while the cells use the CPUs).
+    net = concurrent.futures.ThreadPoolExecutor(1)
+    resolves = [] if args.skip_resolve else [net.submit(resolve, r) for r in spec["resolve"]]
+    swaps = [] if args.skip_swap or args.only else [
+        net.submit(swap_install, v) for v in spec["swap"]["transferqueue"]]
+
+    with concurrent.futures.ThreadPoolExecutor(1) as builder:
+        pending = builder.submit(build, cells[0], extras) if cells else None
+        for i, cell in enumerate(cells):
+            built = pending.result()
+            pending = builder.submit(build, cells[i + 1], extras) if i + 1 < len(cells) else None
+            name = cell["name"]
+            log(f"{name}: virtualenv built in {built['build_s']:.0f} s "
+                f"{json.dumps(built['versions'])}")
+            t0 = time.monotonic()
+            if built["error"]:
+                log(f"{name}: BUILD FAILED\n{built['error']}")
+                results = [{"check": "build", "rc": 1, "s": 0.0}]
+            else:
+                results = run_checks(name, str(built["venv"] / "bin" / "python"), ns,
+                                     cell_env(), args.checks and args.checks.split(","))
+            if not args.keep:
+                shutil.rmtree(built["venv"], ignore_errors=True)
+            failed = [r["check"] for r in results if r["rc"]]
+            rows.append({"name": name, "versions": built["versions"] or
+                         {"python": cell["python"]}, "build_s": built["build_s"],
+                         "run_s": time.monotonic() - t0, "ok": not failed, "failed": failed})
+
+    for future in swaps:
+        v, target, rc, secs, out = future.result()
+        t0 = time.monotonic()
+        if rc:
+            log(f"transferqueue {v}: install FAILED\n{out[-3000:]}")
+            results = [{"check": "install", "rc": rc, "s": 0.0}]
+        else:
+            env = cell_env(os.pathsep.join([str(target), str(REPO)]))
+            pytest = [str(SUITE_PY), "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                      "-o", "addopts="]
+            rc2, s2, out2 = sh([*ns, *pytest, *ADAPTER], cwd=REPO, env=env, timeout=1500)
+            summary = next((ln for ln in reversed(out2.splitlines()) if ln.strip()), "")
+            log(f"transferqueue {v} (suite .venv): {'ok' if rc2 == 0 else 'FAILED'} in "
+                f"{s2:.0f} s - {summary[:150]}")
+            if rc2:
+                print(out2[-8000:], flush=True)
+            results = [{"check": "transferqueue", "rc": rc2, "s": s2}]
+        shutil.rmtree(target, ignore_errors=True)
+        vers = installed(SUITE_PY)
+        vers.update(transferqueue=v)
+        rows.append({"name": f"tq-{v}", "versions": vers, "build_s": secs,
+                     "run_s": time.monotonic() - t0, "ok": not any(r["rc"] for r in results),
+                     "failed": [r["check"] for r in results if r["rc"]]})
+
+    rows += [future.result() for future in resolves]
+    net.shutdown()
+    total = time.monotonic() - t_all
+    print(table(rows, total), flush=True)
+    return 0 if rows and all(r["ok"] for r in rows) else 1
+
+
+def table(rows: list[dict], total: float) -> str:
+    cols = ["python", *SHOWN[:5], "opentelemetry-sdk"]
+    head = ["cell", *[c.replace("opentelemetry-", "otel-") for c in cols], "build s", "run s",
+            "result"]
+    body = [[r["name"], *[r["versions"].get(c, "") for c in cols], f"{r['build_s']:.0f}",
+             f"{r['run_s']:.0f}", "pass" if r["ok"] else "FAIL: " + ", ".join(r["failed"])]
+            for r in rows]
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
+    lines = ["", "make compat: summary", "  ".join(h.ljust(w) for h, w in zip(head, widths))]
+    lines += ["  ".join(str(x).ljust(w) for x, w in zip(row, widths)) for row in body]
+    failed = sum(not r["ok"] for r in rows)
+    lines.append(f"{len(rows) - failed} of {len(rows)} passed; matrix time {total / 60:.1f} min")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
