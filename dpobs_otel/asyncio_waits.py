@@ -24,9 +24,12 @@ def current_task():
 
 def awaits(waiter, target) -> bool:
     """Is task `waiter` suspended on task `target`, directly or through gather, wait_for,
-    wait, a TaskGroup or a chain of tasks awaiting tasks?"""
+    wait, a TaskGroup or a chain of tasks awaiting tasks? A task is its own op's waiter: from
+    Python 3.12, asyncio.wait_for runs a coroutine in the awaiting task itself."""
     if waiter is None or target is None:
         return False
+    if waiter is target:
+        return True
     return _leads_to(getattr(waiter, "_fut_waiter", None), target, _DEPTH)
 
 
