@@ -28,6 +28,13 @@ GUARD_MISMATCHED = "dpobs.guard.rows.mismatched"
 GUARD_UNVERIFIED = "dpobs.guard.rows.unverified"
 GUARD_SKIPPED = "dpobs.guard.fields.skipped"
 GUARD_FAILURES = "dpobs.guard.failures"
+WEIGHTS_SYNC_DURATION = "dpobs.weights.sync.duration"
+WEIGHTS_TRANSFERRED = "dpobs.weights.transferred"
+WEIGHTS_TENSORS = "dpobs.weights.tensors"
+WEIGHTS_VERSION = "dpobs.weights.version"
+WEIGHTS_CHECKED = "dpobs.weights.tensors.checked"
+WEIGHTS_MISMATCHED = "dpobs.weights.tensors.mismatched"
+STEP_WEIGHT_SYNC = "dpobs.step.weight_sync"
 
 
 # -- Prometheus series --------------------------------------------------------------------
@@ -69,6 +76,13 @@ GUARD_MISMATCHED_SERIES = series(GUARD_MISMATCHED, "{row}", counter=True)
 GUARD_UNVERIFIED_SERIES = series(GUARD_UNVERIFIED, "{row}", counter=True)
 GUARD_SKIPPED_SERIES = series(GUARD_SKIPPED, "{field}", counter=True)
 GUARD_FAILURES_SERIES = series(GUARD_FAILURES, "{error}", counter=True)
+WEIGHTS_SYNC_DURATION_SERIES = series(WEIGHTS_SYNC_DURATION, "s")
+WEIGHTS_TRANSFERRED_SERIES = series(WEIGHTS_TRANSFERRED, "By", counter=True)
+WEIGHTS_TENSORS_SERIES = series(WEIGHTS_TENSORS, "{tensor}", counter=True)
+WEIGHTS_VERSION_SERIES = series(WEIGHTS_VERSION, "{version}")
+WEIGHTS_CHECKED_SERIES = series(WEIGHTS_CHECKED, "{tensor}", counter=True)
+WEIGHTS_MISMATCHED_SERIES = series(WEIGHTS_MISMATCHED, "{tensor}", counter=True)
+STEP_WEIGHT_SYNC_SERIES = series(STEP_WEIGHT_SYNC, "s", counter=True)
 
 
 # -- The process identity -----------------------------------------------------------------
@@ -116,6 +130,11 @@ JOB_OVERHEAD_RATIO = "job:dpobs_instrumentation_time_per_operation_time:ratio_ra
 # Wire guard.
 JOB_GUARD_CHECKED = "job:dpobs_guard_rows_checked:increase5m"
 JOB_GUARD_MISMATCHED = "job:dpobs_guard_rows_mismatched:increase5m"
+# Weight sync.
+JOB_SIDE_WEIGHTS_SYNC_MEAN = "job_side:dpobs_weights_sync_duration_seconds:mean_rate5m"
+JOB_SIDE_WEIGHTS_BANDWIDTH = "job_side:dpobs_weights_sync_bandwidth_bytes:ratio_rate5m"
+JOB_WEIGHTS_SYNC_MAX_MEAN = "job:dpobs_weights_sync_duration_seconds:max_mean_rate5m"
+JOB_WEIGHT_SYNC_FRAC_OF_STEP = "job:dpobs_weight_sync_frac_of_step:ratio_rate5m"
 # Not pinned: when each node's agent last delivered (DpobsAgentDown reads it).
 NODE_AGENT_LAST_SAMPLE = "node:dpobs_agent_last_sample_timestamp_seconds:max"
 
@@ -134,6 +153,9 @@ ALERT_AGENT_DOWN = "DpobsAgentDown"
 ALERT_AGENT_DELIVERY_FAILING = "DpobsAgentDeliveryFailing"
 ALERT_OVERHEAD_HIGH = "DpobsInstrumentationOverheadHigh"
 ALERT_INSTRUMENTATION_ERRORS = "DpobsInstrumentationErrors"
+ALERT_WEIGHTS_MISMATCH = "DpobsWeightsMismatch"
+ALERT_WEIGHTS_STALE = "DpobsWeightsStale"
+ALERT_WEIGHT_SYNC_SLOW = "DpobsWeightSyncSlow"
 
 
 # -- Buckets, ops, stages -----------------------------------------------------------------
@@ -142,6 +164,12 @@ OP_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 
               0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 STEP_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0,
                 1000.0, 2500.0)
+WEIGHT_SYNC_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0,
+                       100.0, 250.0, 500.0)
+# Weight sync: the two sides of one sync (a `side` label), and why a received tensor failed
+# its check (the `reason` label of the mismatch counter).
+WEIGHT_SIDES = ("send", "receive")
+WEIGHT_MISMATCH_REASONS = ("value", "missing", "unexpected")
 
 # The protocol's method -> op label. Adapters map their own method names onto these ops.
 OPS = {
@@ -170,6 +198,7 @@ COMPONENT_HISTOGRAM = "histogram"  # the op duration's fast path (bound.py)
 COMPONENT_RECONCILE = "reconcile"  # occupancy against the store's listing
 COMPONENT_ADAPTER = "adapter"  # an adapter's own bookkeeping
 COMPONENT_FILE_SD = "file_sd"  # the file_sd target file (off the op's path)
+COMPONENT_WEIGHTS = "weights"  # a weight sync's bookkeeping, fingerprints and check
 COMPONENT_EXPORT = "export"  # an observable's callback at collection (off the op's path)
 # A private name of the OpenTelemetry SDK or exporter not as known (sdk_private.py): that part
 # runs on the public API (the native op-duration family absent, if it is that one).
