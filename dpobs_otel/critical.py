@@ -161,6 +161,11 @@ class CriticalPath:
             if not self._steps and self._inflight:
                 self._busy += max(t - self._busy_since, 0.0)
 
+    def owned_step(self) -> Step | None:
+        """The step open on the caller's thread (or task) that the caller owns, else None."""
+        step = _STEP.get()
+        return step if step is not None and step.owns(self) else None
+
     # -- exposure -----------------------------------------------------------------------
     def exposure(self) -> "Exposure":
         """Exposure of the caller's step while the caller blocks (tel.waiting(), next())."""

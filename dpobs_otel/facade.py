@@ -10,6 +10,7 @@ the user's object back, and every call goes to the library unmeasured.
 from __future__ import annotations
 
 import abc
+import contextlib
 
 
 class TelemetryInterface(abc.ABC):
@@ -21,6 +22,8 @@ class TelemetryInterface(abc.ABC):
     @abc.abstractmethod
     def instrument(self, inner):
         """`inner` measured (off: `inner` itself)."""
+
+    weights = None  # the weight-sync API (weights/): sent, received, sync; off: does nothing
 
     @abc.abstractmethod
     def step(self):
@@ -60,3 +63,45 @@ class TelemetryInterface(abc.ABC):
 
     def __exit__(self, *exc):
         self.shutdown()
+
+
+class DisabledTelemetry(TelemetryInterface):
+    """What start() returns when dpobs is switched off: the user's code runs unchanged."""
+
+    enabled = False
+
+    def instrument(self, inner):
+        return inner
+
+    @property
+    def weights(self):
+        from .weights import DisabledWeights
+        return DisabledWeights()
+
+    def step(self):
+        return contextlib.nullcontext()
+
+    def codec(self, stage: str):
+        return contextlib.nullcontext()
+
+    def waiting(self):
+        return contextlib.nullcontext()
+
+    def exposed(self, iterable):
+        return iterable
+
+    def step_metrics(self) -> dict[str, float]:
+        return {}
+
+    def cluster_step_metrics(self, source, *, job: str | None = None,
+                             timeout: float = 1.0) -> dict[str, float]:
+        return {}
+
+    def cluster_breakdown(self, source) -> tuple[list[str], list[list]]:
+        return [], []
+
+    def internal_error(self, component: str, exc: BaseException) -> None:
+        pass
+
+    def shutdown(self) -> None:
+        pass

@@ -5,7 +5,9 @@ Which keys can be absent (README, "Per-step metrics"): `dpobs/frac_of_step` in a
 with no completed step (a fraction of nothing is undefined, not 0); `dpobs/op/<op>/...`
 until the op is first used (from then on every window carries it, 0 when idle);
 `dpobs/busy_frac` and `dpobs/exposed_frac` like frac_of_step (over step time);
-`dpobs/codec/<stage>_s` until the stage is first timed; `dpobs/guard/...` whenever the
+`dpobs/codec/<stage>_s` until the stage is first timed; `dpobs/weights/...` until the
+process first completes a weight sync (then its mb_per_s in a window that synced nothing,
+its frac_of_step like frac_of_step); `dpobs/guard/...` whenever the
 guard is off; `dpobs/row_age/...` whenever row age is off, and its mean_s and max_s in a
 window that aged no row. Every other key is in every dict.
 """
@@ -30,11 +32,13 @@ class _Snapshot:
     max_s: dict[str, float] = field(default_factory=dict)
     codec: dict[str, float] = field(default_factory=dict)
     guard: dict[str, float] = field(default_factory=dict)
+    weights: dict = field(default_factory=dict)  # weights/meter.py WeightStats.snapshot()
 
 
 class StepMetrics:
-    def __init__(self, stats: Stats, critical, guard=None, row_age=None):
+    def __init__(self, stats: Stats, critical, guard=None, row_age=None, weights=None):
         self._stats = stats
+        self._weights = weights
         self._critical = critical
         self._guard = guard
         self._row_age = row_age
@@ -54,6 +58,8 @@ class StepMetrics:
         snap.busy_s, snap.exposed_s = self._critical.totals()
         if self._guard is not None:
             snap.guard = guard_flat(self._guard.totals())
+        if self._weights is not None:
+            snap.weights = self._weights.stats()
         return snap
 
     def collect(self) -> dict[str, float]:
@@ -84,6 +90,8 @@ class StepMetrics:
             out[f"dpobs/codec/{stage}_s"] = sec - prev.codec.get(stage, 0.0)
         for key, v in now.guard.items():
             out[f"dpobs/guard/{key}"] = v - prev.guard.get(key, 0)
+        if now.weights.get("syncs"):
+            out.update(weights_window(now.weights, prev.weights, step_s))
         if self._row_age is not None:  # row age (rowage.py): its own window, reset here
             out.update(self._row_age.window())
         size, _ = self._stats.outstanding()
@@ -92,6 +100,24 @@ class StepMetrics:
         out["dpobs/instrumentation_s"] = instr
         out["dpobs/instrumentation_frac"] = instr / dp if dp > 0 else 0.0
         return out
+
+
+def weights_window(now: dict, prev: dict, step_s: float) -> dict[str, float]:
+    """dpobs/weights/...: the window's syncs (both sides), their seconds, MB and tensors,
+    bandwidth (MB/s over the seconds syncing), tensors checked and mismatched, the sync time
+    inside steps and its share of step time, and the newest version synced."""
+    d = {k: now[k] - prev.get(k, 0) for k in
+         ("syncs", "seconds", "bytes", "tensors", "checked", "mismatched", "step_seconds")}
+    p = "dpobs/weights/"
+    out = {p + "syncs": d["syncs"], p + "sync_s": d["seconds"], p + "mb": d["bytes"] / MB,
+           p + "tensors": d["tensors"], p + "checked": d["checked"],
+           p + "mismatched": d["mismatched"], p + "step_s": d["step_seconds"],
+           p + "version": now["version"]}
+    if d["seconds"] > 0:
+        out[p + "mb_per_s"] = d["bytes"] / MB / d["seconds"]
+    if step_s > 0:
+        out[p + "frac_of_step"] = d["step_seconds"] / step_s
+    return out
 
 
 GUARD_ROWS = ("recorded", "checked", "mismatched", "unverified")

@@ -15,7 +15,7 @@ from .bound import OpRecords
 from .config import Settings, disabled
 from .critical import CriticalPath, Exposure
 from .exposed import exposed_iterable
-from .facade import TelemetryInterface
+from .facade import DisabledTelemetry, TelemetryInterface
 from .sdk_private import degradations, op_duration_aggregation
 from .stats import Stats
 from .stepmetrics import StepMetrics
@@ -36,7 +36,8 @@ def _views() -> list[View]:
                  names.OP_BUCKETS, native.SCALE, native.with_native)),
             hist(names.CODEC_DURATION, names.OP_BUCKETS),
             hist(names.STEP_DURATION, names.STEP_BUCKETS),
-            hist(names.ROW_AGE, names.OP_BUCKETS)]
+            hist(names.ROW_AGE, names.OP_BUCKETS),
+            hist(names.WEIGHTS_SYNC_DURATION, names.WEIGHT_SYNC_BUCKETS)]
 
 
 class Telemetry(TelemetryInterface):
@@ -70,7 +71,10 @@ class Telemetry(TelemetryInterface):
         if s.row_age:
             from .rowage import RowAge  # off by default: rows carry no stamp without it
             self.row_age = RowAge(meter, self)
-        self._step_metrics = StepMetrics(self.stats, self.critical, self.guard, self.row_age)
+        from .weights import Weights
+        self.weights = Weights(self)
+        self._step_metrics = StepMetrics(self.stats, self.critical, self.guard, self.row_age,
+                                         self.weights)
         self.tracer = self._otlp = None
         if s.trace:  # off by default: nothing of tracing/ is imported without it
             from .tracing import attach
@@ -355,40 +359,3 @@ def start(role: str | None = None, rank: int | None = None, *, job: str | None =
         tls_client_cafile=tls_client_cafile, reconcile_rows=reconcile_rows, row_age=row_age,
         trace=trace, trace_ring=trace_ring, trace_every=trace_every, node=node)
     return Telemetry(settings, exporters)
-
-
-class DisabledTelemetry(TelemetryInterface):
-    """What start() returns when dpobs is switched off: the user's code runs unchanged."""
-
-    enabled = False
-
-    def instrument(self, inner):
-        return inner
-
-    def step(self):
-        return contextlib.nullcontext()
-
-    def codec(self, stage: str):
-        return contextlib.nullcontext()
-
-    def waiting(self):
-        return contextlib.nullcontext()
-
-    def exposed(self, iterable):
-        return iterable
-
-    def step_metrics(self) -> dict[str, float]:
-        return {}
-
-    def cluster_step_metrics(self, source, *, job: str | None = None,
-                             timeout: float = 1.0) -> dict[str, float]:
-        return {}
-
-    def cluster_breakdown(self, source) -> tuple[list[str], list[list]]:
-        return [], []
-
-    def internal_error(self, component: str, exc: BaseException) -> None:
-        pass
-
-    def shutdown(self) -> None:
-        pass

@@ -125,6 +125,9 @@ def _event(pid: int, tid: int, s: dict, origin: int) -> dict:
                 "bytes": a.get("bytes", 0), "error": a.get("error.type")}
     elif kind == "step":
         name, args = f"step {a.get('step')}", {}
+    elif kind == "weights":
+        name = f"weights {a.get('side')} v{a.get('version')}"
+        args = {"bytes": a.get("bytes", 0), "tensors": a.get("tensors", 0)}
     else:
         name, args = "wait (exposed)", {"wait": a.get("wait")}
     if "step" in a:

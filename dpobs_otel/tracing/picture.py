@@ -1,5 +1,5 @@
 """The timeline as a PNG (matplotlib, the extra `timeline`): one lane per process, ops
-coloured by op, the process's steps as a strip above its ops with their boundaries, exposed
+coloured by op (weight syncs hatched in their own colour), the process's steps as a strip above its ops with their boundaries, exposed
 waits hatched below, a legend and a time axis. Sized by the number of lanes, so 8 and 32
 processes both stay readable."""
 from __future__ import annotations
@@ -9,6 +9,7 @@ from .events import Process, origin_ns
 EXTRA = "dpobs-otel[timeline]"
 STEP_Y, OP_Y, WAIT_Y = (0.10, 0.16), (0.30, 0.40), (0.74, 0.16)  # (offset, height) in a lane
 WAIT_COLOR = "#d62728"
+WEIGHTS_COLOR = "#6a3d9a"  # a weight sync: drawn in the ops' band, apart from tab10's ops
 
 
 def has_matplotlib() -> bool:
@@ -50,6 +51,9 @@ def render(procs: list[Process], path: str, title: str = "dpobs timeline") -> No
     handles += [Patch(facecolor="#c7c7c7", edgecolor="#555555", label="step (| boundary)"),
                 Patch(facecolor="white", edgecolor=WAIT_COLOR, hatch="////",
                       label="exposed wait")]
+    if any(s["kind"] == "weights" for p in procs for s in p.spans):
+        handles.append(Patch(facecolor=WEIGHTS_COLOR, edgecolor="white", hatch="xx",
+                             label="weight sync"))
     ax.legend(handles=handles, loc="lower left", bbox_to_anchor=(0, 1.0), ncol=len(handles),
               fontsize=9, frameon=False)
     ax.set_title(title, loc="right", fontsize=10)
@@ -89,6 +93,10 @@ def _lane(ax, lane: int, proc: Process, origin: int, scale: float, least: float,
         if mine:
             ax.broken_barh(bars(mine), y(OP_Y), facecolors=color, edgecolors="white",
                            linewidth=0.3, zorder=4)
+    syncs = [s for s in proc.spans if s["kind"] == "weights"]
+    if syncs:
+        ax.broken_barh(bars(syncs), y(OP_Y), facecolors=WEIGHTS_COLOR, edgecolors="white",
+                       hatch="xx", linewidth=0.3, zorder=4)
     waits = [s for s in proc.spans if s["kind"] == "wait"]
     if waits:
         ax.broken_barh(bars(waits), y(WAIT_Y), facecolors="white", edgecolors=WAIT_COLOR,

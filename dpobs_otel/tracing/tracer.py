@@ -21,7 +21,7 @@ from contextvars import ContextVar
 from itertools import count
 
 # Record kinds (the first field of every record).
-OP, STEP, WAIT = "op", "step", "wait"
+OP, STEP, WAIT, WEIGHTS = "op", "step", "wait", "weights"
 SKIPPED = -1  # a step that is not sampled, in the context variable and in _open
 _NO_STEP = None
 
@@ -71,6 +71,15 @@ class Tracer:
         step = self._step.get()
         if step is not _NO_STEP and step != SKIPPED:
             self._keep((WAIT, kind, t0, t1, self._tid(), step))
+
+    def weights(self, side: str, version: int, t0: float, t1: float, nbytes: int,
+                tensors: int) -> None:
+        """One side of one weight sync (weights/), kept like an op: in the step open here."""
+        step = self._step.get()
+        if step is _NO_STEP:
+            step = self._open
+        if step != SKIPPED:
+            self._keep((WEIGHTS, side, t0, t1, self._tid(), step, version, nbytes, tensors))
 
     @contextlib.contextmanager
     def waiting(self, inner, kind: str):
@@ -160,6 +169,10 @@ def span(rec: tuple, to_wall) -> dict:
     elif kind == WAIT:
         attrs["wait"] = what
         name = "dpobs.wait"
+    elif kind == WEIGHTS:
+        version, nbytes, tensors = rec[6:]
+        attrs.update(side=what, version=version, bytes=nbytes, tensors=tensors)
+        name = "dpobs.weights"
     else:
         name = "dpobs.step"
     return {"name": name, "kind": kind, "start_ns": to_wall(t0), "end_ns": to_wall(t1),

@@ -1,0 +1,98 @@
+"""Weight sync (DESIGN.md "Weight sync"): `tel.weights`, one sync of version v measured per
+side, and with the guard on proven: the sender's fingerprints travel with the weights
+(manifest.py) and each receiver checks every tensor it got.
+
+    stream = tel.weights.sent(named_tensors, version=step)        # the trainer
+    for name, t in tel.weights.received(stream, version=step): ...  # each receiver
+    with tel.weights.sync(version=step, side="send") as sync:      # or a block
+        sync.note(name, t)   # and/or torch.distributed calls on this thread (collectives.py)
+        item = sync.manifest()   # guard on: send it like a weight (None when off)
+"""
+from __future__ import annotations
+
+import contextlib
+
+from .. import names
+from . import streams
+from .manifest import MANIFEST_NAME
+from .meter import WeightMeter
+from .sync import Sync
+
+__all__ = ["Weights", "DisabledWeights", "MANIFEST_NAME"]
+
+
+def _checked_args(version, side: str) -> int:
+    if side not in names.WEIGHT_SIDES:
+        raise ValueError(f"side must be one of {names.WEIGHT_SIDES}, got {side!r}")
+    if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+        raise ValueError(f"version must be a non-negative int (the trainer step), got {version!r}")
+    return version
+
+
+class Weights:
+    """tel.weights of a started Telemetry."""
+
+    def __init__(self, tel):
+        self._tel = tel
+        self.meter = WeightMeter(tel.meter, tel._safe)
+        self.prove = tel.guard is not None  # fingerprints only with the guard on
+
+    def sync(self, version: int, side: str) -> Sync:
+        """A block: one side of the sync of `version`."""
+        s = Sync(self, _checked_args(version, side), side)
+        self._install_hooks()
+        return s
+
+    def sent(self, stream, version: int):
+        return streams.sent(Sync(self, _checked_args(version, "send"), "send"), stream)
+
+    def received(self, stream, version: int):
+        return streams.received(Sync(self, _checked_args(version, "receive"), "receive"),
+                                stream)
+
+    def stats(self) -> dict:
+        return self.meter.stats.snapshot()
+
+    # -- called by Sync -------------------------------------------------------------------
+    def done(self, sync: Sync, t0: float, t1: float) -> None:
+        tel = self._tel
+        in_step = tel.critical.owned_step() is not None
+        self.meter.add(sync.side, sync.version, t1 - t0, sync.bytes, sync.tensors, in_step,
+                       sync.check)
+        if tel.tracer is not None:
+            tel.tracer.weights(sync.side, sync.version, t0, t1, sync.bytes, sync.tensors)
+
+    def internal_error(self, exc: BaseException) -> None:
+        self._tel.internal_error(names.COMPONENT_WEIGHTS, exc)
+
+    def _install_hooks(self) -> None:
+        try:
+            from . import collectives
+            collectives.install()
+        except Exception as exc:  # no torch.distributed here: blocks count note() alone
+            self.internal_error(exc)
+
+
+class _NoSync(contextlib.nullcontext):
+    def note(self, name, tensor) -> None:
+        pass
+
+    def manifest(self):
+        return None
+
+
+class DisabledWeights:
+    """tel.weights with dpobs off: the same surface, doing nothing (streams come back as
+    they were given)."""
+
+    def sync(self, version: int, side: str):
+        return _NoSync()
+
+    def sent(self, stream, version: int):
+        return stream
+
+    def received(self, stream, version: int):
+        return stream
+
+    def stats(self) -> dict:
+        return {}

@@ -1,0 +1,106 @@
+"""The weight-sync instruments and the plain numbers behind them (one lock, read at
+collection like the client's Stats): what each completed sync side adds."""
+from __future__ import annotations
+
+import threading
+
+from opentelemetry.metrics import Observation
+
+from .. import names
+
+
+class WeightStats:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.syncs = {side: 0 for side in names.WEIGHT_SIDES}
+        self.seconds = {side: 0.0 for side in names.WEIGHT_SIDES}
+        self.bytes = {side: 0 for side in names.WEIGHT_SIDES}
+        self.tensors = {side: 0 for side in names.WEIGHT_SIDES}
+        self.version: dict[str, int] = {}  # side -> version of its last completed sync
+        self.checked = 0
+        self.mismatched = {reason: 0 for reason in names.WEIGHT_MISMATCH_REASONS}
+        self.step_seconds = 0.0  # sync time inside an open step of the syncing thread
+        self.step_syncs = 0  # syncs that ran inside a step (the series exists from the first)
+
+    def snapshot(self) -> dict:
+        with self.lock:
+            return {"syncs": sum(self.syncs.values()), "seconds": sum(self.seconds.values()),
+                    "bytes": sum(self.bytes.values()), "tensors": sum(self.tensors.values()),
+                    "checked": self.checked, "mismatched": sum(self.mismatched.values()),
+                    "step_seconds": self.step_seconds,
+                    "version": max(self.version.values(), default=None)}
+
+
+class WeightMeter:
+    """Creates the instruments on a Telemetry's meter; `add` records one completed side."""
+
+    def __init__(self, meter, safe):
+        self.stats = st = WeightStats()
+        self.duration = meter.create_histogram(
+            names.WEIGHTS_SYNC_DURATION, unit="s",
+            description="One weight sync, one side: first tensor to last")
+        observed = [
+            (meter.create_observable_counter, names.WEIGHTS_TRANSFERRED, "By",
+             lambda: _by_side(st, st.bytes), "Weight payload bytes moved, by side"),
+            (meter.create_observable_counter, names.WEIGHTS_TENSORS, "{tensor}",
+             lambda: _by_side(st, st.tensors), "Weight tensors moved, by side"),
+            (meter.create_observable_gauge, names.WEIGHTS_VERSION, "{version}",
+             lambda: _versions(st), "Version (trainer step) of the last completed sync"),
+            (meter.create_observable_counter, names.WEIGHTS_CHECKED, "{tensor}",
+             lambda: _checked(st), "Received weight tensors checked against the sender's"),
+            (meter.create_observable_counter, names.WEIGHTS_MISMATCHED, "{tensor}",
+             lambda: _mismatched(st), "Weight tensors that failed the check, by reason"),
+            (meter.create_observable_counter, names.STEP_WEIGHT_SYNC, "s",
+             lambda: _step_seconds(st), "Weight-sync time inside a step, on its thread"),
+        ]
+        for create, name, unit, cb, desc in observed:
+            create(name, callbacks=[safe(cb, name)], unit=unit, description=desc)
+        self.attrs = {side: {"side": side} for side in names.WEIGHT_SIDES}
+
+    def add(self, side: str, version: int, seconds: float, nbytes: int, tensors: int,
+            in_step: bool, check=None) -> None:
+        self.duration.record(seconds, self.attrs[side])
+        st = self.stats
+        with st.lock:
+            st.syncs[side] += 1
+            st.seconds[side] += seconds
+            st.bytes[side] += nbytes
+            st.tensors[side] += tensors
+            st.version[side] = int(version)
+            if in_step:
+                st.step_seconds += seconds
+                st.step_syncs += 1
+            if check is not None:
+                st.checked += check.checked
+                for reason, n in check.mismatched.items():
+                    st.mismatched[reason] += n
+
+
+# Series appear with the first sync of their side: a receiver-only process shows no send
+# series, and the step share reads only the processes that synced inside a step (a rollout
+# worker's 0 would dilute the trainer's share).
+def _by_side(st: WeightStats, values: dict) -> list[Observation]:
+    with st.lock:
+        return [Observation(values[s], {"side": s}) for s in names.WEIGHT_SIDES if st.syncs[s]]
+
+
+def _versions(st: WeightStats) -> list[Observation]:
+    with st.lock:
+        return [Observation(v, {"side": s}) for s, v in st.version.items()]
+
+
+def _checked(st: WeightStats) -> list[Observation]:
+    with st.lock:
+        return [Observation(st.checked)] if st.syncs["receive"] else []
+
+
+def _mismatched(st: WeightStats) -> list[Observation]:
+    with st.lock:
+        if not st.syncs["receive"]:
+            return []
+        return [Observation(n, {"reason": r}) for r, n in st.mismatched.items()]
+
+
+def _step_seconds(st: WeightStats) -> list[Observation]:
+    with st.lock:
+        return [Observation(st.step_seconds)] if st.step_syncs else []

@@ -1,0 +1,138 @@
+"""One side of one weight sync: the tensors it moved, its wall time, and (guard on) the
+fingerprints the sender sends or the receiver checks.
+
+Every method a user's transfer loop calls (note, manifest, the collectives' hook) swallows
+and counts its own errors: a sync is measured or, failing that, left alone, never failed.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from time import perf_counter
+
+from .. import names
+from . import manifest
+from .fingerprint import fingerprint
+
+log = logging.getLogger("dpobs_otel")
+_CURRENT = threading.local()  # the sync block open on this thread (torch.distributed's hook)
+
+
+def current() -> "Sync | None":
+    return getattr(_CURRENT, "sync", None)
+
+
+def _is_manifest(name) -> bool:
+    return isinstance(name, str) and name == manifest.MANIFEST_NAME
+
+
+class Sync:
+    """Made by tel.weights.sync(); `with` it, or begin() and end() (the stream wrappers)."""
+
+    def __init__(self, owner, version: int, side: str):
+        self.owner, self.version, self.side = owner, version, side
+        self.prove = owner.prove
+        self.bytes = self.tensors = 0
+        self.digests: dict[str, int] = {}  # name -> fingerprint of what passed here
+        self.expected: dict[str, int] | None = None  # receiver: the sender's manifest
+        self._seen: set[tuple[int, int]] = set()  # (data_ptr, nbytes): a tensor counts once
+        self._t0 = None
+        self._outer = None
+        self.check = None  # the receiver's manifest.Check, once ended
+
+    # -- the block ------------------------------------------------------------------------
+    def __enter__(self) -> "Sync":
+        self.begin()
+        self._outer = current()
+        _CURRENT.sync = self
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _CURRENT.sync = self._outer
+        self.end()
+
+    def begin(self) -> None:
+        if self._t0 is None:
+            self._t0 = perf_counter()
+
+    def end(self) -> None:
+        if self._t0 is None:
+            return
+        t0, self._t0 = self._t0, None
+        t1 = perf_counter()
+        try:
+            if self.side == "receive" and self.prove and self.expected is not None:
+                self.check = manifest.compare(self.expected, self.digests)
+                self._report(self.check)
+            self.owner.done(self, t0, t1)
+        except Exception as exc:
+            self.owner.internal_error(exc)
+
+    # -- what passes ----------------------------------------------------------------------
+    def note(self, name: str, tensor) -> None:
+        """One (name, tensor) of this sync. On the receiving side the sender's manifest item
+        is taken as the fingerprints, not as a weight."""
+        try:
+            self.begin()
+            if self.side == "receive" and _is_manifest(name):
+                self._take_manifest(tensor)
+                return
+            self._count(tensor)
+            if self.prove:
+                self.digests[name] = fingerprint(name, tensor)
+        except Exception as exc:
+            self.owner.internal_error(exc)
+
+    def note_item(self, item) -> bool:
+        """note() for one item of a stream; True when it is the manifest (the receiving
+        wrapper drops it)."""
+        try:
+            name, tensor = item
+        except (TypeError, ValueError):
+            return False
+        is_manifest = self.side == "receive" and _is_manifest(name)
+        self.note(name, tensor)
+        return is_manifest
+
+    def counted(self, tensor) -> None:
+        """A tensor a torch.distributed call moved on this thread: bytes and a tensor, once
+        per tensor however many calls and notes name it (no fingerprint: it has no name)."""
+        try:
+            self.begin()
+            self._count(tensor)
+        except Exception as exc:
+            self.owner.internal_error(exc)
+
+    def _count(self, tensor) -> None:
+        nbytes = tensor.numel() * tensor.element_size()  # t.contiguous().nbytes, no copy
+        key = (tensor.data_ptr(), nbytes)
+        if key in self._seen:
+            return
+        self._seen.add(key)
+        self.bytes += nbytes
+        self.tensors += 1
+
+    def manifest(self):
+        """The sender's fingerprints as one (name, tensor) item to send after the weights,
+        over the same transport, to every receiver; None when the guard is off (nothing to
+        send). The stream wrapper sends it by itself."""
+        if self.side != "send" or not self.prove:
+            return None
+        try:
+            return manifest.MANIFEST_NAME, manifest.encode(self.version, dict(self.digests))
+        except Exception as exc:
+            self.owner.internal_error(exc)
+            return None
+
+    def _take_manifest(self, tensor) -> None:
+        version, digests = manifest.decode(tensor)
+        if version != self.version:  # the sender's step is the truth; say so once
+            log.warning("dpobs: weights manifest for version %s received in a sync marked %s",
+                        version, self.version)
+        self.expected = digests
+
+    def _report(self, check) -> None:
+        if check.mismatched:
+            log.error("dpobs: weights version %s differ from the sender's (%s): %s",
+                      self.version, names.WEIGHTS_MISMATCHED_SERIES,
+                      {r: check.names[r] for r in check.mismatched})
