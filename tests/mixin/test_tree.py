@@ -87,6 +87,10 @@ def test_dashboards_read_thresholds_from_the_config():
     assert "Yellow at 30%, red at 70%" in now["description"]
     (errors,) = [p for p in panels if p["title"] == "Error ratio by op"]
     assert "2% and 20%" in errors["description"]
+    (weights,) = [p for p in panels if p["title"] == "Weight sync share of step (now)"]
+    assert [s["value"] for s in weights["fieldConfig"]["defaults"]["thresholds"]["steps"]] == [
+        None, 0.4]
+    assert "Yellow at 40%" in weights["description"]
 
 
 def groupings(expr: str) -> list[list[str]]:
