@@ -41,11 +41,13 @@ class Config:
     async_k: int = 0  # --async K: no barrier, the rollout up to K steps ahead (asynchronous.py)
     row_age: bool = False  # dpobs.start(row_age=True) in every process
     trace: bool = False  # spans in every process (dpobs.start(trace=True))
+    weight_sync: str | None = None  # the transport trainer 0 pushes weights over (weightsync.py)
+    corrupt_weights_at: int | None = None  # measured step whose weights a bit flip hits
+    skip_weight_sync_at: int | None = None  # measured step from which the rollout stops loading
 
     def roles(self) -> list[tuple[str, int]]:
         return ([("rollout", 0)] + [("trainer", r) for r in range(self.trainers)]
                 + [("driver", 0)])
-
 
 
 def sample_ids(step: int, n: int) -> list[str]:

@@ -33,10 +33,11 @@ from time import perf_counter
 import torch
 from tensordict import TensorDict
 
-from . import asynchronous, backends
+from . import asynchronous, backends, weightsync
 from .batches import (FIELDS_LOGPROB_PASS, FIELDS_TRAIN_PASS, PARTITION, ROLE_OPS, Config,
                       make_rows, pack, sample_ids, truth_nbytes, unpack)
 from ..testing.processes import Managed, die_with_parent
+from ..weights import DisabledWeights
 from .truth import Timed, Truth
 
 BARRIER_TIMEOUT_S = 300  # orphans give up after this; a live parent aborts far sooner
@@ -50,6 +51,7 @@ class Sync:
     measure: object  # Event: the warm-up has been scraped; measured steps may start
     release: object  # Event: the parent has read the final metrics; endpoints may close
     queue: object = None  # asynchronous.Queue of an --async run
+    weights_port: object = None  # Value: the weight group's rendezvous port (demo/gloo.py)
 
 
 def _process(role, rank, cfg: Config, spec, sync: Sync, out) -> None:
@@ -107,7 +109,9 @@ def metrics_on(step: int, seed: int = 0) -> bool:
 
 
 class _Off:
-    """dpobs switched off for a step: no step or codec measurement."""
+    """dpobs switched off for a step: no step, codec or weight-sync measurement."""
+    weights = DisabledWeights()
+
     @staticmethod
     def step():
         return contextlib.nullcontext()
@@ -134,6 +138,7 @@ class _Worker:
         self.prefetch = ThreadPoolExecutor(1, thread_name_prefix="prefetch") if (
             cfg.prefetch and role == "trainer") else None
         self.next = None  # the prefetched shard's future
+        self.refit = weightsync.participant(role, rank, cfg, sync.weights_port)
 
     def loop(self) -> None:
         if self.cfg.async_k:
@@ -150,20 +155,26 @@ class _Worker:
                 self.out.put(("step", step - 1, now - t_prev, on))
             t_prev = now
             if not sync.go.value:
-                if self.prefetch is not None:  # the last step's read-ahead, never used
-                    self.prefetch.shutdown(wait=True)
-                return
+                return self._finish()
             on = step == 0 or not self.cfg.alternate or metrics_on(step, self.cfg.seed)
             self.dp, self.client = self.on if on else self.off
             t0 = perf_counter()
             with self.dp.step():
                 getattr(self, self.role)(step)
             self.truth.step(t0, perf_counter())
+            if self.role == "rollout" and self.refit is not None:  # loads between its steps
+                self.refit.step(self.dp, self.truth, step)
             if step == 0:
                 if self.next is not None:  # the warm-up's truth holds its read-ahead whole
                     self.next.result()
                 self.out.put(("warm", self.role, self.rank, self.truth.take()))
             step += 1
+
+    def _finish(self) -> None:
+        if self.prefetch is not None:  # the last step's read-ahead, never used
+            self.prefetch.shutdown(wait=True)
+        if self.refit is not None:
+            self.refit.close()
 
     def _decide(self, step: int) -> bool:
         if step == 0:
@@ -217,6 +228,8 @@ class _Worker:
                     zip(seqs["advantages"], seqs["logprobs"], seqs["mask"]))
         _compute(self.cfg.train_ms)
         self.sync.barrier.wait()
+        if self.refit is not None:  # the refit: part of the step the trainer pays for
+            self.refit.step(self.dp, self.truth, step)
 
     def _read(self, step: int) -> list:
         """This trainer's shard of a step, in its two passes."""
@@ -276,7 +289,8 @@ class Workload(Managed):
         self.sync = Sync(ctx.Barrier(len(roles), timeout=BARRIER_TIMEOUT_S), ctx.Value("b", 0),
                          ctx.Event(), ctx.Event(), ctx.Event(),
                          asynchronous.Queue.make(ctx, self.cfg.trainers, self.cfg.async_k)
-                         if self.cfg.async_k else None)
+                         if self.cfg.async_k else None,
+                         ctx.Value("i", 0) if self.cfg.weight_sync else None)
         self._queue = ctx.Queue()
         for role, rank in roles:
             p = ctx.Process(target=_process, name=f"dpobs-{role}-{rank}", daemon=True,
