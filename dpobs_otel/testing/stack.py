@@ -19,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from dpobs_otel.mixin.tree import default_servers
+from dpobs_otel.mixin.tree import default_servers, servers
 from dpobs_otel.readback.prometheus import Prometheus
 from dpobs_otel.testing.prometheus import NATIVE_HISTOGRAMS_FLAG
 
@@ -57,11 +57,15 @@ def prometheus_config(sd_dir: str, alertmanager: str, interval: str = "1s",
 
 class Stack(Managed):
     """`with Stack() as st:` a running Prometheus (st.prometheus) and Alertmanager
-    (st.alertmanager) scraping every file_sd target written into st.sd_dir."""
+    (st.alertmanager) scraping every file_sd target written into st.sd_dir. `mixin`: a mixin
+    Config of its own (knobs of a run that lasts minutes), its files written into the stack's
+    directory, in place of `deploy`'s."""
 
-    def __init__(self, sd_dir: str | None = None, interval: str = "1s", deploy: Path = DEPLOY):
+    def __init__(self, sd_dir: str | None = None, interval: str = "1s", deploy: Path = DEPLOY,
+                 mixin=None):
         self.interval = interval
         self.deploy = deploy
+        self.mixin = mixin
         self._sd_dir = sd_dir
         self.procs: dict[str, subprocess.Popen] = {}
         self.tmp: str | None = None
@@ -76,6 +80,11 @@ class Stack(Managed):
         tmp = Path(self.tmp)
         self.sd_dir = self._sd_dir or str(tmp / "file_sd")
         Path(self.sd_dir).mkdir(parents=True, exist_ok=True)
+        if self.mixin is not None:
+            self.deploy = tmp / "mixin"
+            for rel, text in servers(self.mixin).items():  # quietly: not `dpobs mixin`'s output
+                (self.deploy / rel).parent.mkdir(parents=True, exist_ok=True)
+                (self.deploy / rel).write_text(text)
         self.alertmanager = f"http://127.0.0.1:{free_port()}"
         self._spawn("alertmanager", [
             bins["alertmanager"],
