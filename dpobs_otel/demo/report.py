@@ -27,6 +27,7 @@ from .batches import Config
 from .critical import critical_path_lines
 from .queue import add_queue_arguments, check_queue, queue_lines
 from .truth import Durations
+from .weightsync_report import add_weight_arguments, stack_mixin, weight_config, weight_lines
 from .workload import Workload
 
 MB = 1e6
@@ -55,6 +56,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--train-ms", type=float, default=0.0, metavar="MS",
                    help="compute per step of each trainer, after its reads (default 0)")
     add_queue_arguments(p)
+    add_weight_arguments(p)
     p.add_argument("--duration", type=float, default=None, metavar="SECONDS",
                    help="run this long instead of --steps; 0 = until stopped")
     p.add_argument("--stack", choices=("auto", "off"), default="auto",
@@ -89,7 +91,8 @@ def config(args) -> Config:
                   corrupt_at=args.corrupt_at_step, seed=args.seed, job=args.job, trace=args.trace,
                   sd_dir=args.sd_dir, host=args.host, advertise_host=args.advertise_host,
                   backend=args.backend, async_k=args.async_k, row_age=args.row_age,
-                  prefetch=args.prefetch, rollout_ms=args.rollout_ms, train_ms=args.train_ms)
+                  prefetch=args.prefetch, rollout_ms=args.rollout_ms, train_ms=args.train_ms,
+                  **weight_config(args))
 
 
 # -- a run, kept up while its results are read --------------------------------------------
@@ -251,10 +254,8 @@ def report(res: Result, stack: Stack | None, cfg: Config) -> str:
         lines.append(_oprow("", "classic", m["calls"], m["seconds"],
                             [bucket_quantile(m["buckets"], q) for q in (0.5, 0.9, 0.99)],
                             m["bytes"], m["seconds"] / dp_m if dp_m else 0.0))
-    prom = {}
-    if stack is not None:
-        prom = {r["metric"].get("instance"): r["value"]
-                for r in stack.query(nm.INSTANCE_FRAC_OF_STEP)}
+    prom = {r["metric"].get("instance"): r["value"]
+            for r in (stack.query(nm.INSTANCE_FRAC_OF_STEP) if stack is not None else ())}
     lines.append("\nProcesses, worst first: fraction of step time in the data plane "
                  "(every step | measured steps, the ones Prometheus rates)")
     lines.append(f"  {'process':<12}{'instance':<22}{'steps':>6}{'step s':>8}{'truth':>9}"
@@ -270,7 +271,7 @@ def report(res: Result, stack: Stack | None, cfg: Config) -> str:
                      f"{frac_of_step(res.truth[k]):>8.1%}"
                      f"{'-' if p is None else format(p, '.1%'):>12}")
     lines += critical_path_lines(res, stack)
-    lines += queue_lines(res, cfg) + [_guard_line(samples, cfg)]
+    lines += queue_lines(res, cfg) + [_guard_line(samples, cfg)] + weight_lines(res, stack, cfg)
     if res.cluster is not None:
         lines.append("\nCluster view (tel.cluster_step_metrics(sd_dir), the measured steps)\n"
                      + cluster_text(*res.cluster))
@@ -338,8 +339,8 @@ def _prometheus_lines(stack: Stack, measured: dict) -> list[str]:
 
 def _alert(labels: dict) -> str:
     where = " ".join(labels[k] for k in ("role", "rank") if k in labels)
-    field = f"field {labels['field']}" if "field" in labels else ""
-    detail = ", ".join(x for x in (where, field) if x)
+    what = [f"{k} {labels[k]}" for k in ("field", "reason") if k in labels]
+    detail = ", ".join(x for x in (where, *what) if x)
     return f"{labels['alertname']} {labels.get('severity', '')}" + (f" ({detail})" if detail
                                                                       else "")
 
@@ -377,7 +378,7 @@ def run(args) -> int:
                     print(f"--stack auto: {', '.join(missing)} not on PATH; "
                           "running without Prometheus", file=sys.stderr)
                 else:
-                    stack = es.enter_context(Stack(sd_dir=args.sd_dir))
+                    stack = es.enter_context(Stack(sd_dir=args.sd_dir, mixin=stack_mixin(cfg)))
                     cfg.sd_dir = stack.sd_dir
                     print(f"Prometheus   {stack.prometheus}\nAlertmanager "
                           f"{stack.alertmanager}\nfile_sd      {stack.sd_dir}")
