@@ -26,7 +26,8 @@ def test_equals_the_specification(dtype, shape):
 
 @pytest.mark.parametrize("piece", [1, 3, 7, 64])
 def test_pieces_recombine_to_the_one_row_sum(monkeypatch, piece):
-    monkeypatch.setattr(fp, "PIECE_WORDS", piece)
+    monkeypatch.setattr(fp, "MIN_PIECE", piece)
+    monkeypatch.setattr(fp.pool, "width", lambda: 4)
     t = torch.randn(9, 13).to(torch.bfloat16)  # 58.5 words: a padded last word too
     assert fp.fingerprint("w", t) == _ref("w", t)
     view = torch.randn(13, 9).t()  # not contiguous
