@@ -7,17 +7,15 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from . import weights
+
 # version -> how receiver rank 1 tampers with it (rank 2 never does)
 TAMPER = {2: "flip", 3: "swap", 4: "dtype", 5: "missing", 6: "extra"}
 VERSIONS = range(1, 8)
 
 
 def model(version: int) -> dict[str, torch.Tensor]:
-    g = torch.Generator().manual_seed(version)
-    shapes = {"embed.weight": (256, 64), "layers.0.qkv.weight": (192, 64),
-              "layers.0.qkv.bias": (192,), "layers.0.mlp.weight": (256, 64),
-              "norm.weight": (64,)}
-    return {n: torch.randn(s, generator=g).to(torch.bfloat16) for n, s in shapes.items()}
+    return weights.model(version)
 
 
 def _send(tel, version):

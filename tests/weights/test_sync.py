@@ -8,7 +8,7 @@ import threading
 
 import pytest
 import torch
-from conftest import model, payload_bytes
+from helpers.weights import model, payload_bytes
 
 import dpobs_otel as dpobs
 from dpobs_otel import names

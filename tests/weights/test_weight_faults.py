@@ -6,7 +6,7 @@ gone the next sync is measured and checked as usual."""
 from __future__ import annotations
 
 import pytest
-from conftest import model
+from helpers.weights import model
 
 from dpobs_otel import names
 from dpobs_otel.critical import CriticalPath
