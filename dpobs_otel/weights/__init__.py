@@ -42,11 +42,11 @@ class Weights:
         return s
 
     def sent(self, stream, version: int):
-        return streams.sent(Sync(self, _checked_args(version, "send"), "send"), stream)
+        return streams.through(Sync(self, _checked_args(version, "send"), "send"), stream)
 
     def received(self, stream, version: int):
-        return streams.received(Sync(self, _checked_args(version, "receive"), "receive"),
-                                stream)
+        return streams.through(Sync(self, _checked_args(version, "receive"), "receive"),
+                               stream)
 
     def stats(self) -> dict:
         return self.meter.stats.snapshot()
