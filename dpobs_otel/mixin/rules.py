@@ -191,7 +191,7 @@ def _row_age_rules(c: Config) -> list[Rule]:
 
 
 SYNC = n.WEIGHTS_SYNC_DURATION_SERIES
-RECEIVE = f'side="{n.WEIGHT_SIDES[1]}"'
+SEND, RECEIVE = (f'side="{side}"' for side in n.WEIGHT_SIDES)  # matchers
 
 
 def weights_mean(c: Config, *labels: str, where: tuple[str, ...] = ()) -> str:
@@ -213,7 +213,7 @@ def _weight_rules(c: Config) -> list[Rule]:
     steps = f"rate({c.sel(f'{STEP}_sum')}[5m]) and {c.on(*PROCESS)} {synced}"
     return [
         Rule({"record": n.JOB_SIDE_WEIGHTS_SYNC_MEAN, "expr": weights_mean(c, "job", "side")},
-             "Weight sync (tel.weights): one observation per completed sync, per side and process."),
+             "Weight sync (tel.weights): one observation per completed sync, side and process."),
         Rule({"record": n.JOB_SIDE_WEIGHTS_BANDWIDTH,
               "expr": weights_bandwidth(c, "job", "side")}),
         Rule({"record": n.JOB_WEIGHTS_SYNC_MAX_MEAN,

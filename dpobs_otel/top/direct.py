@@ -131,7 +131,7 @@ class DirectSource:
             return None
         r = difference(h[0], h[-1], h[-1].timestamp - h[0].timestamp)
         if self.born.get(key) is h[0]:
-            whole = difference(None, h[-1], 1.0)  # born here: all its guard counts
+            whole = difference(None, h[-1], 1.0)  # born here: all its checks count
             r.checked, r.mismatched = whole.checked, whole.mismatched
             r.weights = checks_whole(r.weights, whole.weights)
         return r

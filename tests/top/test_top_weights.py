@@ -27,7 +27,8 @@ def body(side=None, syncs=0, seconds=0.0, nbytes=0, version=None, step_s=None,
     lines = []
     if side:
         lines += [f'{SYNC}_bucket{{side="{side}",le="+Inf"}} {syncs}',
-                  f'{SYNC}_count{{side="{side}"}} {syncs}', f'{SYNC}_sum{{side="{side}"}} {seconds}',
+                  f'{SYNC}_count{{side="{side}"}} {syncs}',
+                  f'{SYNC}_sum{{side="{side}"}} {seconds}',
                   f'{names.WEIGHTS_TRANSFERRED_SERIES}{{side="{side}"}} {nbytes}',
                   f'{names.WEIGHTS_VERSION_SERIES}{{side="{side}"}} {version}']
     if step_s is not None:
