@@ -13,6 +13,7 @@ from .. import names as n
 from ..agent.config import SELF_JOB
 from .config import Config
 from .render import Group, Rule, rule_file
+from .rules import RECEIVE, SEND, counted
 
 PROC = "{{ $labels.role }} rank {{ $labels.rank }} ({{ $labels.instance }}, job {{ $labels.job }})"
 
@@ -232,10 +233,60 @@ def _instrumentation(c: Config) -> list[Rule]:
     ]
 
 
+def _first(query: str, pipe: str, unit: str = "") -> str:
+    """The first value a description's query answers, through `pipe`; nothing if none."""
+    return "{{ with " + query + " }}{{ . | first | value | " + pipe + " }}" + unit + "{{ end }}"
+
+
+def _weights(c: Config) -> list[Rule]:
+    version, lag = n.WEIGHTS_VERSION_SERIES, c.weights_stale_versions
+    held = _query(version + "{job=%q,node=%q,instance=%q,role=%q,rank=%q,side=%q}",
+                  *(f"$labels.{label}" for label in (*n.PROCESS_IDENTITY, "side")))
+
+    def sender(record: str) -> str:  # a per-job record of the send side
+        return _query(record + "{job=%q,side=%q}", "$labels.job", f'"{n.WEIGHT_SIDES[0]}"')
+    slowest = _query(n.JOB_WEIGHTS_SYNC_MAX_MEAN + "{job=%q}", "$labels.job")
+    return [
+        _alert(c, n.ALERT_WEIGHTS_MISMATCH, "critical",
+               counted(c, n.WEIGHTS_MISMATCHED_SERIES, "job", "reason") + " > 0\n", None,
+               "A receiver's weights differ from what the trainer sent for that version.",
+               "{{ $value | humanize }} weight tensor(s) received in job {{ $labels.job }}"
+               " failed the check against the sender's fingerprints in the last 5m, reason"
+               " {{ $labels.reason }} (value: differs from what was sent; missing: sent, not"
+               " received; unexpected: received, not sent). Rollouts may be generated with"
+               " weights the trainer never had.",
+               "No `for:`: one wrong tensor already is an incident. Per job and reason: the\n"
+               "receivers of one sync fail together, and the reason points at the cause."),
+        _alert(c, n.ALERT_WEIGHTS_STALE, "warning",
+               f"max {c.by('job')} ({c.sel(version, SEND)})\n"
+               f"  - {c.on('job')} group_right ()\n"
+               f"{c.sel(version, RECEIVE)}\n> {lag}\n", c.weights_stale_for,
+               "A weight receiver is behind the version its job's trainer sent.",
+               PROC + " holds weight version " + _first(held, 'printf "%.0f"')
+               + ', {{ $value | printf "%.0f" }} behind the newest version its job\'s sender'
+               f" completed; the job may run {lag} behind.",
+               "The value is the lag in versions and carries the receiver's labels. Against the\n"
+               "job's newest sender: with several sending ranks, the one that finished last.",
+               threshold=f">{lag}"),
+        _alert(c, n.ALERT_WEIGHT_SYNC_SLOW, "warning",
+               f"{n.JOB_WEIGHT_SYNC_FRAC_OF_STEP} > {c.weight_sync_slow_frac:g}",
+               c.weight_sync_slow_for,
+               "Weight sync takes a large share of the trainer's step time.",
+               "Weight sync takes {{ $value | humanizePercentage }} of the step time of job"
+               " {{ $labels.job }}'s syncing processes; a send takes "
+               + _first(sender(n.JOB_SIDE_WEIGHTS_SYNC_MEAN), "humanizeDuration")
+               + " on average, at "
+               + _first(sender(n.JOB_SIDE_WEIGHTS_BANDWIDTH), "humanize", "B/s")
+               + ", the slowest receiver " + _first(slowest, "humanizeDuration") + ".",
+               threshold=f">{c.weight_sync_slow_frac:g}"),
+    ]
+
+
 def alert_groups(c: Config) -> list[Group]:
     return [Group("dpobs-wire-guard", _guard(c)), Group("dpobs-data-plane", _data_plane(c)),
             Group("dpobs-targets", _targets(c) + [_agent_down(c), _agent_delivery(c)]),
-            Group("dpobs-instrumentation", _instrumentation(c))]
+            Group("dpobs-instrumentation", _instrumentation(c)),
+            Group("dpobs-weights", _weights(c))]
 
 
 def _table(groups: list[Group]) -> str:

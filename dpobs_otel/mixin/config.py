@@ -64,6 +64,16 @@ class Config:
     guard_failing_for: str = "5m"
     guard_blind_for: str = "15m"
     instrumentation_errors_for: str = "5m"
+    # DpobsWeightsStale: a receiver's weight version more than this many versions behind
+    # the newest its job's senders completed, for this long. Async RL runs up to K versions
+    # behind on purpose (set K); 1 lets a one-step-off-policy job, and the version in flight
+    # of an on-policy one, pass; 0 holds an on-policy job to the sender's version.
+    weights_stale_versions: int = 1
+    weights_stale_for: str = "5m"
+    # DpobsWeightSyncSlow: weight-sync time / step time of the processes that sync inside
+    # their steps (the trainer's refit) above this, for this long.
+    weight_sync_slow_frac: float = 0.25
+    weight_sync_slow_for: str = "15m"
     # Who waits for whom (the overview's queue row, `dpobs top`, the demo's report; verdict
     # in readback/verdict.py): the roles that put rows and the roles that read them (regular
     # expressions over the role label), consumers waiting for rows (exposed time with no op

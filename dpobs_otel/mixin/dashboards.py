@@ -15,9 +15,10 @@ from grafana_foundation_sdk.models.dashboard import DashboardCursorSync
 from .. import names as n
 from .config import DEFAULT, Config
 from .queue_panels import queue_panels
-from .panels import (SECONDS_PER_SECOND, Query, dashboard_link, datasource_variable,
-                     heatmap_panel, label_variable, row, stat_panel, table_panel, thresholds,
-                     timeseries_panel)
+from .weight_panels import weight_panels
+from .panels import (SECONDS_PER_SECOND, Query, checked_stat, counted, dashboard_link,
+                     datasource_variable, heatmap_panel, label_variable, row, stat_panel,
+                     table_panel, thresholds, timeseries_panel)
 
 RI = "[$__rate_interval]"
 OP_SERIES = n.OP_DURATION_SERIES
@@ -241,35 +242,21 @@ def _cost_panels(c: Config) -> list:
     return [codec, overhead]
 
 
-def _guard_stat(title: str, description: str, query: Query, **kw):
-    # No data means nobody checked, which must not read as a clean zero.
-    return stat_panel(title, description + " Empty means not checked, not clean.", "short",
-                      query, no_value="not checked", **kw)
-
-
-def _counted(series: str, sel: str) -> str:
-    """Increase over the interval, counting a series born inside it in full: OpenTelemetry
-    creates a counter series at its first increment, which increase() alone never sees
-    (the guard recording rules do the same over 5m)."""
-    s = f"{series}{sel}"
-    return f"sum by (job) (({s} unless {s} offset $__rate_interval) or increase({s}{RI}))"
-
-
 def _guard_panels(c: Config) -> list:
     sel = _job(c)
     return [
-        _guard_stat("Guard: rows checked (5m)",
+        checked_stat("Guard: rows checked (5m)",
                     "Rows whose hash was verified on read.",
                     Query(f"{n.JOB_GUARD_CHECKED}{sel}", "{{job}}")),
-        _guard_stat("Guard: rows unverified",
+        checked_stat("Guard: rows unverified",
                     "Rows read with the guard on but no recorded hash to compare "
                     "(written before the guard, or by an unguarded process).",
-                    Query(_counted(n.GUARD_UNVERIFIED_SERIES, sel), "{{job}}")),
-        _guard_stat("Guard: fields skipped",
+                    Query(counted(n.GUARD_UNVERIFIED_SERIES, sel), "{{job}}")),
+        checked_stat("Guard: fields skipped",
                     "Fields (not rows) the guard could not hash, by count over the "
                     "interval; see the reason label in Explore.",
-                    Query(_counted(n.GUARD_SKIPPED_SERIES, sel), "{{job}}")),
-        _guard_stat("Guard: rows mismatched (5m)",
+                    Query(counted(n.GUARD_SKIPPED_SERIES, sel), "{{job}}")),
+        checked_stat("Guard: rows mismatched (5m)",
                     "Rows whose bytes differ from what was written: corruption or "
                     f"mis-sharding ({n.ALERT_WIRE_HASH_MISMATCH}). Zero only means clean if rows "
                     "checked is non-zero.",
@@ -304,6 +291,7 @@ def overview(c: Config = DEFAULT) -> dashboard.Dashboard:
                 ("Volume, occupancy, errors", _volume_panels(c)),
                 ("Codec and instrumentation cost", _cost_panels(c)),
                 ("Wire guard", _guard_panels(c)),
+                ("Weight sync", weight_panels(c, _job(c), _matchers(c, "job", "node"))),
                 ("Who waits for whom: the queue", queue_panels(c, _job(c), _matchers(c, "job", "node")))]
     return _layout(d, sections)
 

@@ -99,6 +99,22 @@ def stat_panel(title: str, description: str, unit: str, *queries: Query,
     return panel.no_value(no_value) if no_value else panel
 
 
+def checked_stat(title: str, description: str, query: Query, **kw):
+    """A count of checked or failed items (guard rows, weight tensors)."""
+    # No data means nobody checked, which must not read as a clean zero.
+    return stat_panel(title, description + " Empty means not checked, not clean.", "short",
+                      query, no_value="not checked", **kw)
+
+
+def counted(series: str, sel: str, *labels: str) -> str:
+    """Increase over the interval summed by job (and `labels`), counting a series born
+    inside it in full: OpenTelemetry creates a counter series at its first increment,
+    which increase() alone never sees (the recording rules and alerts do the same over 5m)."""
+    s, by = f"{series}{sel}", ", ".join(("job", *labels))
+    return (f"sum by ({by}) (({s} unless {s} offset $__rate_interval) "
+            f"or increase({s}[$__rate_interval]))")
+
+
 def heatmap_panel(title: str, description: str, unit: str, query: Query,
                   width: int = 12, height: int = 8, repeat: str | None = None):
     """Buckets as Grafana computes them from `le` (the query must sum by le), or from a

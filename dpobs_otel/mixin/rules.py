@@ -25,8 +25,10 @@ STEP = n.STEP_DURATION_SERIES
 PROCESS = n.PROCESS_IDENTITY  # per-process rules keep one series per process
 
 
-def _rate(c: Config, metric: str, *labels: str, window: str = "5m") -> str:
-    return f"sum {c.by(*labels)} (rate({c.sel(metric)}[{window}]))"
+def _rate(c: Config, metric: str, *labels: str, window: str = "5m",
+          where: tuple[str, ...] = ()) -> str:
+    """`where`: matchers beyond the job selector, e.g. ('side="receive"',)."""
+    return f"sum {c.by(*labels)} (rate({c.sel(metric, *where)}[{window}]))"
 
 
 def _born_or_increase(c: Config, metric: str, window: str) -> str:
@@ -34,6 +36,13 @@ def _born_or_increase(c: Config, metric: str, window: str) -> str:
     is born at its first increment and increase() needs two samples."""
     s = c.sel(metric)
     return f"({s} unless {s} offset {window})\n  or increase({s}[{window}])"
+
+
+def counted(c: Config, metric: str, *labels: str, window: str = "5m") -> str:
+    """A counter's events in the window summed by `labels`, series born in it counted whole
+    (the guard's records, the weight-mismatch alert, `dpobs top` read it alike)."""
+    body = _born_or_increase(c, metric, window).replace("\n", "\n  ")
+    return f"sum {c.by(*labels)} (\n  {body}\n)"
 
 
 def _time_rules(c: Config) -> list[Rule]:
@@ -50,19 +59,19 @@ def _time_rules(c: Config) -> list[Rule]:
     return rec
 
 
-def _per_process(c: Config, numerator: str) -> str:
+def per_process(c: Config, numerator: str) -> str:
     """A counter's rate over step time, one series per process (the process identity)."""
     return (f"{_rate(c, numerator, *PROCESS)}\n"
             f"  / ({_rate(c, f'{STEP}_sum', *PROCESS)} > 0)\n")
 
 
 def _frac_rules(c: Config) -> list[Rule]:
-    per_process = _per_process(c, f"{OP}_sum").rstrip("\n")
+    data_plane = per_process(c, f"{OP}_sum").rstrip("\n")
     return [
         Rule({"record": n.JOB_FRAC_OF_STEP,
               "expr": f"{n.JOB_SECONDS}\n  / ({n.JOB_STEP_SECONDS} > 0)\n"},
              "Fraction of step time spent in the data plane."),
-        Rule({"record": n.INSTANCE_FRAC_OF_STEP, "expr": per_process + "\n"},
+        Rule({"record": n.INSTANCE_FRAC_OF_STEP, "expr": data_plane + "\n"},
              "The same per process: one series per " + ", ".join(PROCESS) + "."),
         Rule({"record": n.JOB_MAX_FRAC_OF_STEP,
               "expr": f"max {c.by('job')} ({n.INSTANCE_FRAC_OF_STEP})"}),
@@ -81,12 +90,12 @@ def _critical_path_rules(c: Config) -> list[Rule]:
         Rule({"record": n.JOB_BUSY_FRAC_OF_STEP,
               "expr": f"{_rate(c, busy, 'job')}\n  / ({n.JOB_STEP_SECONDS} > 0)\n"},
              "Wall time with a data-plane op in flight while a step was open, over step time."),
-        Rule({"record": n.INSTANCE_BUSY_FRAC_OF_STEP, "expr": _per_process(c, busy)}),
+        Rule({"record": n.INSTANCE_BUSY_FRAC_OF_STEP, "expr": per_process(c, busy)}),
         Rule({"record": n.JOB_EXPOSED_FRAC_OF_STEP,
               "expr": f"{_rate(c, exposed, 'job')}\n  / ({n.JOB_STEP_SECONDS} > 0)\n"},
              "Wall time steps spent blocked on the data plane, over step time: the stall a\n"
              f"prefetch hides; {n.ALERT_DOMINATES_STEP} reads this."),
-        Rule({"record": n.INSTANCE_EXPOSED_FRAC_OF_STEP, "expr": _per_process(c, exposed)}),
+        Rule({"record": n.INSTANCE_EXPOSED_FRAC_OF_STEP, "expr": per_process(c, exposed)}),
         Rule({"record": n.JOB_MAX_EXPOSED_FRAC_OF_STEP,
               "expr": f"max {c.by('job')} ({n.INSTANCE_EXPOSED_FRAC_OF_STEP})"},
              "The most stalled process (Ray Train takes the maximum across ranks likewise)."),
@@ -153,16 +162,15 @@ def _volume_rules(c: Config) -> list[Rule]:
 
 
 def _guard_rules(c: Config) -> list[Rule]:
-    def counted(metric: str) -> str:
-        body = _born_or_increase(c, metric, "5m").replace("\n", "\n  ")
-        return f"sum {c.by('job')} (\n  {body}\n)"
     return [
-        Rule({"record": n.JOB_GUARD_CHECKED, "expr": counted(n.GUARD_CHECKED_SERIES) + "\n"},
+        Rule({"record": n.JOB_GUARD_CHECKED,
+              "expr": counted(c, n.GUARD_CHECKED_SERIES, "job") + "\n"},
              "Wire guard. A counter is born at its first increment (value >= 1) and increase()\n"
              "needs two samples, so a series first seen in the window counts its whole value;\n"
              "otherwise a single corrupted row would never show up."),
         Rule({"record": n.JOB_GUARD_MISMATCHED,
-              "expr": f"{counted(n.GUARD_MISMATCHED_SERIES)}\n  or {n.JOB_GUARD_CHECKED} * 0\n"}),
+              "expr": f"{counted(c, n.GUARD_MISMATCHED_SERIES, 'job')}\n"
+                      f"  or {n.JOB_GUARD_CHECKED} * 0\n"}),
     ]
 
 
@@ -182,6 +190,46 @@ def _row_age_rules(c: Config) -> list[Rule]:
     return out
 
 
+SYNC = n.WEIGHTS_SYNC_DURATION_SERIES
+SEND, RECEIVE = (f'side="{side}"' for side in n.WEIGHT_SIDES)  # matchers
+
+
+def weights_mean(c: Config, *labels: str, where: tuple[str, ...] = ()) -> str:
+    """Mean seconds per weight sync grouped by `labels` (the records group by job and side;
+    the slowest receiver and `dpobs top` by the process)."""
+    return (f"{_rate(c, f'{SYNC}_sum', *labels, where=where)}\n"
+            f"  / ({_rate(c, f'{SYNC}_count', *labels, where=where)} > 0)\n")
+
+
+def weights_bandwidth(c: Config, *labels: str) -> str:
+    """Bytes moved per second of syncing (not per second of wall time): the link's speed."""
+    return (f"{_rate(c, n.WEIGHTS_TRANSFERRED_SERIES, *labels)}\n"
+            f"  / ({_rate(c, f'{SYNC}_sum', *labels)} > 0)\n")
+
+
+def _weight_rules(c: Config) -> list[Rule]:
+    slowest = weights_mean(c, *PROCESS, where=(RECEIVE,)).replace("\n", "\n  ").rstrip()
+    synced = c.sel(n.STEP_WEIGHT_SYNC_SERIES)
+    steps = f"rate({c.sel(f'{STEP}_sum')}[5m]) and {c.on(*PROCESS)} {synced}"
+    return [
+        Rule({"record": n.JOB_SIDE_WEIGHTS_SYNC_MEAN, "expr": weights_mean(c, "job", "side")},
+             "Weight sync (tel.weights): one observation per completed sync, side and process."),
+        Rule({"record": n.JOB_SIDE_WEIGHTS_BANDWIDTH,
+              "expr": weights_bandwidth(c, "job", "side")}),
+        Rule({"record": n.JOB_WEIGHTS_SYNC_MAX_MEAN,
+              "expr": f"max {c.by('job')} (\n  {slowest}\n)\n"},
+             "The slowest receiver's mean: every receiver must finish before rollouts resume."),
+        Rule({"record": n.JOB_WEIGHT_SYNC_FRAC_OF_STEP,
+              "expr": f"{_rate(c, n.STEP_WEIGHT_SYNC_SERIES, 'job')}\n"
+                      f"  / (sum {c.by('job')} ({steps}) > 0)\n"},
+             "Over the step time of the processes that record weight-sync step seconds only\n"
+             "(the series exists from a process's first sync inside a step: the trainer's\n"
+             "refit). Rollout workers receive outside their steps, or have none; their step\n"
+             "time would dilute the share the trainer pays (a 40% refit read as 5% beside\n"
+             f"seven times as many rollout processes). {n.ALERT_WEIGHT_SYNC_SLOW} reads this."),
+    ]
+
+
 def _agent_rules(c: Config) -> list[Rule]:
     up = c.sel("up", 'node!=""')
     return [Rule(
@@ -194,7 +242,7 @@ def _agent_rules(c: Config) -> list[Rule]:
 
 def recording_groups(c: Config) -> list[Group]:
     rules = (_time_rules(c) + _frac_rules(c) + _latency_rules(c) + _volume_rules(c)
-             + _guard_rules(c) + _row_age_rules(c) + _agent_rules(c))
+             + _guard_rules(c) + _row_age_rules(c) + _weight_rules(c) + _agent_rules(c))
     groups = [Group("dpobs-recording", rules)]
     if c.native_quantile_interval:
         # Another group runs beside the first; its `and` reads the last recorded op rate.

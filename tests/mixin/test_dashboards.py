@@ -9,7 +9,7 @@ import pytest
 import yaml
 from helpers.promql import metric_names
 
-from dpobs_otel import cli
+from dpobs_otel import cli, names
 from dpobs_otel.testing.stack import Stack
 from dpobs_otel.mixin import dashboards
 
@@ -30,6 +30,8 @@ PINNED = {f"{h}_{s}" for h in _HISTOGRAMS for s in ("bucket", "sum", "count")} |
     "dpobs_guard_rows_mismatched_total", "dpobs_guard_rows_unverified_total",
     "dpobs_guard_fields_skipped_total", "dpobs_guard_failures_total",
     "dpobs_client_operation_duration_native_seconds",  # a native histogram: one series
+    names.WEIGHTS_VERSION_SERIES, names.WEIGHTS_CHECKED_SERIES,
+    names.WEIGHTS_MISMATCHED_SERIES,
 }
 
 

@@ -54,7 +54,8 @@ ALERTS, RECORDING = "dpobs-alerts.rules.yml", "dpobs-recording.rules.yml"
 KNOBS = Config(frac_of_step_warning=0.3, frac_of_step_critical=0.7, frac_of_step_for="7m",
                error_ratio_warning=0.02, error_ratio_critical=0.2, error_ratio_critical_for="2m",
                overhead_info=0.1, outstanding_bytes_floor=12345, target_down_for="9m",
-               straggler_factor=3.5, straggler_for="20m")
+               straggler_factor=3.5, straggler_for="20m", weights_stale_versions=3,
+               weights_stale_for="12m", weight_sync_slow_frac=0.4, weight_sync_slow_for="25m")
 # (alert, severity) -> the knobs that must decide it: (comparison, threshold, for)
 EXPECTED = {
     ("DpobsDataPlaneDominatesStep", "warning"): (">", 0.3, "7m"),
@@ -65,6 +66,8 @@ EXPECTED = {
     ("DpobsOutstandingBytesGrowing", "warning"): (">", 12345, "1h"),
     ("DpobsTargetDown", "warning"): ("==", 0, "9m"),
     ("DpobsDataPlaneStraggler", "warning"): (">=", 3.5, "20m"),
+    ("DpobsWeightsStale", "warning"): (">", 3, "12m"),
+    ("DpobsWeightSyncSlow", "warning"): (">", 0.4, "25m"),
 }
 
 
@@ -84,6 +87,10 @@ def test_dashboards_read_thresholds_from_the_config():
     assert "Yellow at 30%, red at 70%" in now["description"]
     (errors,) = [p for p in panels if p["title"] == "Error ratio by op"]
     assert "2% and 20%" in errors["description"]
+    (weights,) = [p for p in panels if p["title"] == "Weight sync share of step (now)"]
+    assert [s["value"] for s in weights["fieldConfig"]["defaults"]["thresholds"]["steps"]] == [
+        None, 0.4]
+    assert "Yellow at 40%" in weights["description"]
 
 
 def groupings(expr: str) -> list[list[str]]:
