@@ -38,12 +38,15 @@ def _entry_points(tel):
     from dpobs_otel.adapters.mooncake import instrument_store
 
     store, module = _Store(), types.SimpleNamespace(kv_put=lambda *a: None)
+    stream = iter([])
     built = []
     per_process = PerProcess(lambda t: built.append(t) or object(), "test", tel)
     return {"tel.instrument": tel.instrument(store) is store,
             "transferqueue.instrument": transferqueue.instrument(tel, module) is module,
             "mooncake.instrument_store": instrument_store(tel, store) is store,
-            "instrumentors' PerProcess": per_process.adapter() is None and not built}
+            "instrumentors' PerProcess": per_process.adapter() is None and not built,
+            "tel.weights.sent": tel.weights.sent(stream, version=1) is stream,
+            "tel.weights.received": tel.weights.received(stream, version=1) is stream}
 
 
 def _params(fn) -> list:
@@ -68,6 +71,9 @@ def test_every_interface_method_runs_on_the_disabled_telemetry():
     assert tel.step_metrics() == {} and tel.cluster_step_metrics("x") == {}
     assert tel.cluster_breakdown("x") == ([], [])
     tel.internal_error("client", ValueError("x"))
+    with tel.weights.sync(version=1, side="receive") as sync:
+        sync.note("w", object())
+        assert sync.manifest() is None
     assert tel.endpoint is None and tel.settings is None and tel.guard is None
 
 
@@ -87,13 +93,13 @@ def test_adapters_reach_only_the_interface():
 def test_every_entry_point_hands_the_users_object_back_when_off():
     assert _entry_points(DisabledTelemetry()) == dict.fromkeys(
         ["tel.instrument", "transferqueue.instrument", "mooncake.instrument_store",
-         "instrumentors' PerProcess"], True)
+         "instrumentors' PerProcess", "tel.weights.sent", "tel.weights.received"], True)
 
 
 def test_every_entry_point_measures_when_on(tel):
     assert _entry_points(tel) == dict.fromkeys(
         ["tel.instrument", "transferqueue.instrument", "mooncake.instrument_store",
-         "instrumentors' PerProcess"], False)
+         "instrumentors' PerProcess", "tel.weights.sent", "tel.weights.received"], False)
 
 
 @pytest.mark.parametrize("switch", ["DPOBS_DISABLED", "OTEL_SDK_DISABLED"])

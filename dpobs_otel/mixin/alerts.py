@@ -13,7 +13,7 @@ from .. import names as n
 from ..agent.config import SELF_JOB
 from .config import Config
 from .render import Group, Rule, rule_file
-from .rules import RECEIVE, counted
+from .rules import RECEIVE, SEND, counted
 
 PROC = "{{ $labels.role }} rank {{ $labels.rank }} ({{ $labels.instance }}, job {{ $labels.job }})"
 
@@ -240,7 +240,6 @@ def _first(query: str, pipe: str, unit: str = "") -> str:
 
 def _weights(c: Config) -> list[Rule]:
     version, lag = n.WEIGHTS_VERSION_SERIES, c.weights_stale_versions
-    send = f'side="{n.WEIGHT_SIDES[0]}"'
     held = _query(version + "{job=%q,node=%q,instance=%q,role=%q,rank=%q,side=%q}",
                   *(f"$labels.{label}" for label in (*n.PROCESS_IDENTITY, "side")))
 
@@ -250,7 +249,7 @@ def _weights(c: Config) -> list[Rule]:
     return [
         _alert(c, n.ALERT_WEIGHTS_MISMATCH, "critical",
                counted(c, n.WEIGHTS_MISMATCHED_SERIES, "job", "reason") + " > 0\n", None,
-               "A receiver holds weight tensors that differ from what the trainer sent.",
+               "A receiver's weights differ from what the trainer sent for that version.",
                "{{ $value | humanize }} weight tensor(s) received in job {{ $labels.job }}"
                " failed the check against the sender's fingerprints in the last 5m, reason"
                " {{ $labels.reason }} (value: differs from what was sent; missing: sent, not"
@@ -259,7 +258,7 @@ def _weights(c: Config) -> list[Rule]:
                "No `for:`: one wrong tensor already is an incident. Per job and reason: the\n"
                "receivers of one sync fail together, and the reason points at the cause."),
         _alert(c, n.ALERT_WEIGHTS_STALE, "warning",
-               f"max {c.by('job')} ({c.sel(version, send)})\n"
+               f"max {c.by('job')} ({c.sel(version, SEND)})\n"
                f"  - {c.on('job')} group_right ()\n"
                f"{c.sel(version, RECEIVE)}\n> {lag}\n", c.weights_stale_for,
                "A weight receiver is behind the version its job's trainer sent.",

@@ -59,19 +59,19 @@ def _time_rules(c: Config) -> list[Rule]:
     return rec
 
 
-def _per_process(c: Config, numerator: str) -> str:
+def per_process(c: Config, numerator: str) -> str:
     """A counter's rate over step time, one series per process (the process identity)."""
     return (f"{_rate(c, numerator, *PROCESS)}\n"
             f"  / ({_rate(c, f'{STEP}_sum', *PROCESS)} > 0)\n")
 
 
 def _frac_rules(c: Config) -> list[Rule]:
-    per_process = _per_process(c, f"{OP}_sum").rstrip("\n")
+    data_plane = per_process(c, f"{OP}_sum").rstrip("\n")
     return [
         Rule({"record": n.JOB_FRAC_OF_STEP,
               "expr": f"{n.JOB_SECONDS}\n  / ({n.JOB_STEP_SECONDS} > 0)\n"},
              "Fraction of step time spent in the data plane."),
-        Rule({"record": n.INSTANCE_FRAC_OF_STEP, "expr": per_process + "\n"},
+        Rule({"record": n.INSTANCE_FRAC_OF_STEP, "expr": data_plane + "\n"},
              "The same per process: one series per " + ", ".join(PROCESS) + "."),
         Rule({"record": n.JOB_MAX_FRAC_OF_STEP,
               "expr": f"max {c.by('job')} ({n.INSTANCE_FRAC_OF_STEP})"}),
@@ -90,12 +90,12 @@ def _critical_path_rules(c: Config) -> list[Rule]:
         Rule({"record": n.JOB_BUSY_FRAC_OF_STEP,
               "expr": f"{_rate(c, busy, 'job')}\n  / ({n.JOB_STEP_SECONDS} > 0)\n"},
              "Wall time with a data-plane op in flight while a step was open, over step time."),
-        Rule({"record": n.INSTANCE_BUSY_FRAC_OF_STEP, "expr": _per_process(c, busy)}),
+        Rule({"record": n.INSTANCE_BUSY_FRAC_OF_STEP, "expr": per_process(c, busy)}),
         Rule({"record": n.JOB_EXPOSED_FRAC_OF_STEP,
               "expr": f"{_rate(c, exposed, 'job')}\n  / ({n.JOB_STEP_SECONDS} > 0)\n"},
              "Wall time steps spent blocked on the data plane, over step time: the stall a\n"
              f"prefetch hides; {n.ALERT_DOMINATES_STEP} reads this."),
-        Rule({"record": n.INSTANCE_EXPOSED_FRAC_OF_STEP, "expr": _per_process(c, exposed)}),
+        Rule({"record": n.INSTANCE_EXPOSED_FRAC_OF_STEP, "expr": per_process(c, exposed)}),
         Rule({"record": n.JOB_MAX_EXPOSED_FRAC_OF_STEP,
               "expr": f"max {c.by('job')} ({n.INSTANCE_EXPOSED_FRAC_OF_STEP})"},
              "The most stalled process (Ray Train takes the maximum across ranks likewise)."),
@@ -191,7 +191,7 @@ def _row_age_rules(c: Config) -> list[Rule]:
 
 
 SYNC = n.WEIGHTS_SYNC_DURATION_SERIES
-RECEIVE = f'side="{n.WEIGHT_SIDES[1]}"'
+SEND, RECEIVE = (f'side="{side}"' for side in n.WEIGHT_SIDES)  # matchers
 
 
 def weights_mean(c: Config, *labels: str, where: tuple[str, ...] = ()) -> str:
@@ -213,7 +213,7 @@ def _weight_rules(c: Config) -> list[Rule]:
     steps = f"rate({c.sel(f'{STEP}_sum')}[5m]) and {c.on(*PROCESS)} {synced}"
     return [
         Rule({"record": n.JOB_SIDE_WEIGHTS_SYNC_MEAN, "expr": weights_mean(c, "job", "side")},
-             "Weight sync (tel.weights): one observation per completed sync, per side and process."),
+             "Weight sync (tel.weights): one observation per completed sync, side and process."),
         Rule({"record": n.JOB_SIDE_WEIGHTS_BANDWIDTH,
               "expr": weights_bandwidth(c, "job", "side")}),
         Rule({"record": n.JOB_WEIGHTS_SYNC_MAX_MEAN,

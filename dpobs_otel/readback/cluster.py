@@ -44,7 +44,7 @@ import math
 import time
 from dataclasses import dataclass, field, fields, replace
 
-from . import native, scrape
+from . import native, scrape, weights
 from .native import NativeHistogram
 from .scrape import OpTotals, ProcessTotals
 from .sources import Seen, source_for
@@ -85,7 +85,7 @@ def delta(prev: ProcessTotals | None, now: ProcessTotals) -> ProcessTotals:
                                                 prev.instrumentation_seconds),
                    instrumentation_errors=_sub(now.instrumentation_errors,
                                                prev.instrumentation_errors),
-                   guard=guard)
+                   guard=guard, weights=weights.window(prev.weights, now.weights))
 
 
 def tls_context_for(settings):

@@ -16,7 +16,8 @@ written, keys, missing rows and the latency histogram's cumulative buckets; step
 seconds, busy and exposed seconds (an absent counter reads 0); codec seconds per stage;
 dpobs's own time and swallowed errors per component; outstanding bytes and keys (gauges); the
 guard's counts in the shape stepmetrics.guard_flat gives (None when the process exports no
-guard series: guard off, or on with nothing recorded yet); and the OpenTelemetry
+guard series: guard off, or on with nothing recorded yet); its weight syncs (readback/weights.py;
+None when it exports no weight series); and the OpenTelemetry
 `service.instance.id` from target_info (new on every start, so a restart shows even when the
 counters have caught up).
 `ProcessTotals.went_back(prev)` is the restart test on counters alone.
@@ -46,6 +47,9 @@ from .. import names
 from ..exporters.filesd import _OWNED, boot_id
 from ..stepmetrics import guard_flat
 from . import native
+from .weights import SERIES as WEIGHT_SERIES
+from .weights import UNUSED as WEIGHT_BUCKETS
+from .weights import WeightTotals
 
 PROCESS_LABELS = names.PROCESS_IDENTITY
 
@@ -100,6 +104,7 @@ class ProcessTotals:
     outstanding_bytes: float = 0.0
     outstanding_keys: float = 0.0
     guard: dict[str, float] | None = None
+    weights: WeightTotals | None = None  # None: the process never synced weights
     instance_id: str | None = None
     timestamp: float = 0.0  # when scraped (file_sd) or sampled (Prometheus), Unix seconds
 
@@ -119,6 +124,9 @@ class ProcessTotals:
                     or n.bytes < p.bytes or n.keys < p.keys):
                 return True
         if prev.guard and self.guard is None:
+            return True
+        if prev.weights is not None and (self.weights is None
+                                         or self.weights.went_back(prev.weights)):
             return True
         return any(self.guard.get(k, 0) < v for k, v in (prev.guard or {}).items())
 
@@ -229,6 +237,10 @@ def totals_from_samples(samples, timestamp: float = 0.0) -> ProcessTotals:
             t.outstanding_keys += value
         elif name.startswith("dpobs_guard_"):
             _guard_sample(guard, name, labels, value)
+        elif name in WEIGHT_SERIES:
+            if t.weights is None:
+                t.weights = WeightTotals()
+            t.weights.add(name, labels, value)
         elif name == "target_info":
             t.instance_id = labels.get("service_instance_id") or t.instance_id
     if guard:
@@ -273,7 +285,8 @@ def parse(text: str, timestamp: float = 0.0) -> ProcessTotals:
 
 _LABELS: dict[str, dict[str, str]] = {}
 # Buckets nothing here reads (a third of a typical body): skipped before any parsing.
-_UNUSED = (names.STEP_DURATION_SERIES + "_bucket", names.CODEC_DURATION_SERIES + "_bucket")
+_UNUSED = (names.STEP_DURATION_SERIES + "_bucket", names.CODEC_DURATION_SERIES + "_bucket",
+           WEIGHT_BUCKETS)
 _LABELS_MAX = 50_000
 
 

@@ -21,6 +21,8 @@ from collections import deque
 from dataclasses import dataclass
 
 from ..readback import cluster, scrape, verdict
+from ..readback.weights import WeightTotals, checks_whole
+from . import weights
 from .model import Answers, Job, Op, Process, stragglers, worst_first
 
 
@@ -40,6 +42,7 @@ class Rates:
     checked: float  # guard rows over the window (an increase, not a rate)
     mismatched: float
     queue: dict  # the verdict's counts over the window (readback/verdict.py)
+    weights: WeightTotals | None  # the window's weight syncs (readback/weights.py)
 
 
 def difference(old: scrape.ProcessTotals | None, new: scrape.ProcessTotals,
@@ -57,7 +60,7 @@ def difference(old: scrape.ProcessTotals | None, new: scrape.ProcessTotals,
                  sum(o.read_bytes for o in d.ops.values()) * per,
                  sum(o.write_bytes for o in d.ops.values()) * per,
                  guard.get("rows_checked", 0.0), guard.get("rows_mismatched", 0.0),
-                 verdict.counts_of(d))
+                 verdict.counts_of(d), d.weights)
 
 
 def _ratio(num: float, den: float) -> float | None:
@@ -105,8 +108,11 @@ class DirectSource:
             self.first_scrape = now
         spans = [r.span_s for _, r in rates.values()]
         jobs = self._jobs(sorted({p.job for p in procs}), rates, got)
+        lines = [line for p, r in rates.values()
+                 for line in weights.from_window(p, r.weights, r.step_s * r.span_s)]
         return Answers(self.describe(), max(spans) if spans else None, now,
-                       worst_first(procs), jobs, alerts=None, stragglers=_stragglers(rates))
+                       worst_first(procs), jobs, alerts=None, stragglers=_stragglers(rates),
+                       weights=weights.judged(lines))
 
     def _record(self, key: tuple, totals: scrape.ProcessTotals) -> Rates | None:
         h = self.history.get(key)
@@ -125,8 +131,9 @@ class DirectSource:
             return None
         r = difference(h[0], h[-1], h[-1].timestamp - h[0].timestamp)
         if self.born.get(key) is h[0]:
-            whole = difference(None, h[-1], 1.0)  # born here: all its guard counts
+            whole = difference(None, h[-1], 1.0)  # born here: all its checks count
             r.checked, r.mismatched = whole.checked, whole.mismatched
+            r.weights = checks_whole(r.weights, whole.weights)
         return r
 
     def _jobs(self, names: list[str], rates: dict, got: dict) -> list[Job]:

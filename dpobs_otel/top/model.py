@@ -10,6 +10,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from ..mixin.config import DEFAULT
+from .weights import WeightLine
 
 
 @dataclass
@@ -88,6 +89,7 @@ class Answers:
     jobs: list[Job] = field(default_factory=list)
     alerts: list[Alert] | None = None  # None: this source cannot know (no Prometheus)
     stragglers: list[Straggler] = field(default_factory=list)  # slowest ratio first
+    weights: list[WeightLine] = field(default_factory=list)  # per job, senders first
     error: str = ""  # the source itself failed (e.g. Prometheus unreachable)
 
 

@@ -1,7 +1,8 @@
 """One frame of `dpobs top`, drawn with rich: a header, the firing alerts, the jobs'
-answers, each job's ops, the processes worst first. Fractions in %, latencies in ms, bytes in
-decimal units, all to three significant digits (a fixed number of decimals would show a
-slow job's rates as 0.00); a missing answer is '-'."""
+answers, each job's ops, the weight syncs (where any process synced weights), the processes
+worst first. Fractions in %, latencies in ms, bytes in decimal units, all to three
+significant digits (a fixed number of decimals would show a slow job's rates as 0.00); a
+missing answer is '-'."""
 from __future__ import annotations
 
 import math
@@ -69,8 +70,8 @@ def _table(title: str, *columns: str) -> Table:
     t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
               title_style="bold")
     for i, c in enumerate(columns):
-        t.add_column(c, justify="left" if i < 2 or c in ("instance", "node", "state", "role")
-                     else "right", no_wrap=True)
+        t.add_column(c, justify="left" if i < 2 or c in ("instance", "node", "state", "role",
+                                                          "side") else "right", no_wrap=True)
     return t
 
 
@@ -133,6 +134,31 @@ def processes_table(a: Answers) -> Table:
     return t
 
 
+def mismatches(m: dict[str, float] | None) -> Text:
+    """'0', or the reasons that failed with their counts in red; '-' when not checked."""
+    if m is None:
+        return Text(DASH)
+    bad = [f"{reason} {n:.0f}" for reason, n in sorted(m.items()) if n > 0]
+    return Text(", ".join(bad), style="bold red") if bad else Text("0")
+
+
+def weights_table(a: Answers) -> Table | None:
+    """One line per process and side that synced weights; None when none did. A receiver
+    more than DpobsWeightsStale's versions behind its job's newest sender is in yellow."""
+    if not a.weights:
+        return None
+    t = _table("Weight sync (per process and side; mean, bandwidth and checks over the window)",
+               "job", "role", "rank", "node", "instance", "side", "version", "behind",
+               "mean s", "bandwidth", "share of step", "checked", "mismatched")
+    for w in a.weights:
+        stale = w.behind is not None and w.behind > DEFAULT.weights_stale_versions
+        t.add_row(w.job, w.role, w.rank or DASH, w.node or DASH, w.instance, w.side,
+                  count(w.version), Text(count(w.behind), style="bold yellow" if stale else ""),
+                  rate(w.mean_s), size(w.bytes_per_s, "/s"), pct(w.step_share),
+                  count(w.checked), mismatches(w.mismatched))
+    return t
+
+
 def stragglers_text(a: Answers) -> Table | Text:
     """The processes DpobsDataPlaneStraggler's test names now (before its `for:`)."""
     if not a.stragglers:
@@ -167,6 +193,9 @@ def frame(a: Answers, every_s: float | None = None) -> Group:
     if a.error:
         parts.append(Text(f"source error: {a.error}", style="bold red"))
     # Alerts above the tables: a terminal too short for every process crops the bottom.
-    parts += [alerts_text(a), jobs_table(a), queue_text(a), stragglers_text(a), ops_table(a),
-              processes_table(a)]
+    parts += [alerts_text(a), jobs_table(a), queue_text(a), stragglers_text(a), ops_table(a)]
+    weights = weights_table(a)
+    if weights is not None:  # only where weights are synced
+        parts.append(weights)
+    parts.append(processes_table(a))
     return Group(*parts)

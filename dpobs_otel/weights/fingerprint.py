@@ -7,20 +7,23 @@ word is weighted by R^position), a bf16 tensor sent where fp32 was (the dtype is
 and the bytes differ), a reshaped tensor (the shape is in the salt), a sign flip (the mix
 carries high bits down). A 32-bit digest: a random change escapes with probability 2^-32.
 
-A tensor is one long row, which the kernels would sum on one thread; it is cut into pieces
-summed in parallel (on the caller's intra-op threads, like the guard) and the pieces are
-recombined, A = sum_k A_k * R^(k*PIECE) mod 2^32, which is the one-row sum exactly.
+A tensor is one long row, which the kernels would sum on one thread; it is cut into one
+piece per intra-op thread of the caller (like the guard), no piece shorter than MIN_PIECE
+words, the pieces summed at once and recombined: A = sum_k A_k * R^(start_k) mod 2^32,
+which is the one-row sum exactly. Per thread rather than fixed-size pieces because a
+model's tensors are mostly a few MB: fixed 4 MB pieces left most of them on one thread.
 """
 from __future__ import annotations
 
 import torch
 
+from ..guard import pool
 from ..guard.fingerprint import UnsupportedField, _as_bytes_2d, _bytes_to_words_2d
 from ..guard.reference import M32, R, field_salt, id_salt, salt
 from ..guard.sums import sums_flat
 
 PARTITION = "dpobs-weights"  # the id salt's partition: weights never share a guard row's
-PIECE_WORDS = 1 << 20  # 4 MB: a piece per thread-pool task, few enough to combine in Python
+MIN_PIECE = 1 << 16  # words (256 KB): below this a thread's start costs more than it saves
 
 
 def _words(t: torch.Tensor) -> torch.Tensor:
@@ -31,26 +34,28 @@ def _words(t: torch.Tensor) -> torch.Tensor:
     return _bytes_to_words_2d(_as_bytes_2d(t.reshape(1, -1))).reshape(-1)
 
 
-def _combine(piece_sums: list[int]) -> int:
-    step = pow(R, PIECE_WORDS, 1 << 32)
-    acc, weight = 0, 1
-    for a in piece_sums:
-        acc = (acc + (a & M32) * weight) & M32
-        weight = (weight * step) & M32
-    return acc
+def _cuts(m: int, device) -> list[int]:
+    pieces = max(1, min(pool.width() if device.type == "cpu" else 1, m // MIN_PIECE))
+    return [m * k // pieces for k in range(pieces + 1)]
+
+
+def _body(words: torch.Tensor) -> int:
+    """A of the whole run: its pieces summed on the caller's threads, then recombined."""
+    cuts = _cuts(words.numel(), words.device)
+    spans = list(zip(cuts[:-1], cuts[1:]))
+
+    def piece(span):
+        a, b = span
+        return int(sums_flat(words[a:b], torch.tensor([0, b - a], dtype=torch.int64))[0])
+    sums = pool.spread(piece, spans) if len(spans) > 1 else [piece(spans[0])]
+    return sum((s & M32) * pow(R, a, 1 << 32) for s, (a, _) in zip(sums, spans)) & M32
 
 
 def fingerprint(name: str, tensor: torch.Tensor) -> int:
     """The digest in [0, 2^32) that reference_digest(tensor, name, name, PARTITION) defines."""
     t = tensor.detach()
     words = _words(t)
-    m = words.numel()
-    if m:
-        cuts = torch.arange(0, m + PIECE_WORDS, PIECE_WORDS, dtype=torch.int64).clamp_(max=m)
-        cuts = torch.unique_consecutive(cuts).to(words.device)
-        body = _combine(sums_flat(words, cuts).tolist())
-    else:
-        body = 0
+    body = _body(words) if words.numel() else 0
     shape = tuple(t.shape)
     lead = shape[0] if shape else 0
     return (body + salt(field_salt(name, t.dtype, shape), lead, id_salt(PARTITION, name))) & M32

@@ -1,60 +1,39 @@
 """tel.weights.sent() / received(): a (name, tensor) stream, sync or async, handed back
-measured. The sync runs from the first item pulled to the stream's end; the sender's
-fingerprints follow its last tensor as one more item; the receiver takes that item out.
-Items pass through as they came (whatever their type); one
-that is not a (name, tensor) pair is left uncounted. A stream abandoned part-way (a break, an error of the transport) still ends its sync, and
-its error reaches the caller unchanged."""
+measured. The sync runs from the first item pulled to the stream's end; on the sending side
+the fingerprints follow the last tensor as one more item (Sync.manifest: None otherwise),
+on the receiving side that item is taken out (Sync.note_item says which it is). Items pass
+through as they came (whatever their type); one that is not a (name, tensor) pair is left
+uncounted. A stream abandoned part-way (a break, an error of the transport) still ends its
+sync, and its error reaches the caller unchanged."""
 from __future__ import annotations
 
-def sent(sync, stream):
+
+def through(sync, stream):
+    """`stream` measured as one side of `sync`: an async generator for an async iterable."""
     if hasattr(stream, "__aiter__"):
-        return _sent_async(sync, stream)
-    return _sent(sync, stream)
+        return _through_async(sync, stream)
+    return _through(sync, stream)
 
 
-def received(sync, stream):
-    if hasattr(stream, "__aiter__"):
-        return _received_async(sync, stream)
-    return _received(sync, stream)
-
-
-def _sent(sync, stream):
-    try:
-        for item in stream:
-            sync.note_item(item)
-            yield item
-        item = sync.manifest()
-        if item is not None:
-            yield item
-    finally:
-        sync.end()
-
-
-async def _sent_async(sync, stream):
-    try:
-        async for item in stream:
-            sync.note_item(item)
-            yield item
-        item = sync.manifest()
-        if item is not None:
-            yield item
-    finally:
-        sync.end()
-
-
-def _received(sync, stream):
+def _through(sync, stream):
     try:
         for item in stream:
             if not sync.note_item(item):
                 yield item
+        tail = sync.manifest()
+        if tail is not None:
+            yield tail
     finally:
         sync.end()
 
 
-async def _received_async(sync, stream):
+async def _through_async(sync, stream):
     try:
         async for item in stream:
             if not sync.note_item(item):
                 yield item
+        tail = sync.manifest()
+        if tail is not None:
+            yield tail
     finally:
         sync.end()

@@ -12,10 +12,15 @@ from time import perf_counter
 
 from .. import names
 from . import manifest
-from .fingerprint import fingerprint
 
 log = logging.getLogger("dpobs_otel")
 _CURRENT = threading.local()  # the sync block open on this thread (torch.distributed's hook)
+
+
+def fingerprint(name: str, tensor) -> int:
+    # Imported here: the guard's code (and its C kernel) loads only in a process that proves.
+    from .fingerprint import fingerprint as of_tensor
+    return of_tensor(name, tensor)
 
 
 def current() -> "Sync | None":

@@ -1,5 +1,5 @@
 """One small workload that makes a process export every series dpobs has: each op, a step, a
-codec block, a failing op, a read of rows written without the guard, a guard that raises, and
+codec block, a weight sync (both sides), a failing op, a read of rows written without the guard, a guard that raises, and
 a store that hands back something other than a TensorDict."""
 from __future__ import annotations
 
@@ -41,6 +41,8 @@ def exercise(tel) -> None:
         store.put_samples(["raw"], "p0", td[:1])  # written around dpobs: unverified on read
         client.get_samples(["raw"], "p0", ["x"])
         client.clear_samples(ids, "p0")
+        pushed = list(tel.weights.sent(iter({"w": torch.ones(2, 2)}.items()), version=1))
+    list(tel.weights.received(iter(pushed), version=1))  # both sides of one weight sync
     with contextlib.suppress(KeyError):
         client.get_samples(["absent"], "no-such-partition", ["x"])
     original = hooks.field_digests

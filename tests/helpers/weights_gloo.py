@@ -1,0 +1,81 @@
+"""A weight push over torch.distributed gloo between real processes, for tests/weights: rank 0
+sends a model each version through tel.weights.sent, every other rank receives it through
+tel.weights.received; a receiver may tamper with what it got (before its wrapper sees it),
+one kind per version. Each item travels as a broadcast of its metadata, then its payload."""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from . import weights
+
+# version -> how receiver rank 1 tampers with it (rank 2 never does)
+TAMPER = {2: "flip", 3: "swap", 4: "dtype", 5: "missing", 6: "extra"}
+VERSIONS = range(1, 8)
+
+
+def model(version: int) -> dict[str, torch.Tensor]:
+    return weights.model(version)
+
+
+def _send(tel, version):
+    for name, t in tel.weights.sent(iter(model(version).items()), version=version):
+        meta = [(name, tuple(t.shape), t.dtype)]
+        dist.broadcast_object_list(meta, src=0)
+        dist.broadcast(t.contiguous(), src=0)
+    dist.broadcast_object_list([None], src=0)  # end of this version
+
+
+def _arrivals():
+    while True:
+        meta = [None]
+        dist.broadcast_object_list(meta, src=0)
+        if meta[0] is None:
+            return
+        name, shape, dtype = meta[0]
+        t = torch.empty(shape, dtype=dtype)
+        dist.broadcast(t, src=0)
+        yield name, t
+
+
+def _tampered(items, how):
+    for i, (name, t) in enumerate(items):
+        if how == "flip" and i == 1:
+            t.view(-1)[5] = -t.view(-1)[5] + 1
+        elif how == "swap" and i == 0:
+            t[[0, 1]] = t[[1, 0]]
+        elif how == "dtype" and i == 2:
+            t = t.float()
+        elif how == "missing" and i == 3:
+            continue
+        elif how == "extra" and i == 0:
+            yield "rogue.bias", torch.zeros(7)
+        yield name, t
+
+
+def _mismatches(tel) -> dict[str, int]:
+    return dict(tel.weights.meter.stats.mismatched)
+
+
+def run(rank: int, world: int, init: str, out, release) -> None:
+    import dpobs_otel as dpobs
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+    tel = dpobs.start(role="trainer" if rank == 0 else "rollout", rank=rank, port=0,
+                      host="127.0.0.1", verify_tensor_hash=True)
+    checks, truth = {}, {"bytes": 0, "tensors": 0}
+    try:
+        for v in VERSIONS:
+            if rank == 0:
+                _send(tel, v)
+                continue
+            how = TAMPER.get(v) if rank == 1 else None
+            before = _mismatches(tel)
+            got = dict(tel.weights.received(_tampered(_arrivals(), how), version=v))
+            truth["bytes"] += sum(t.numel() * t.element_size() for t in got.values())
+            truth["tensors"] += len(got)
+            checks[v] = {r: n - before[r] for r, n in _mismatches(tel).items() if n > before[r]}
+        out.put((rank, tel.url, truth, checks))
+        release.wait(120)  # the parent scrapes every process before any of them stops
+    finally:
+        tel.shutdown()
+        dist.destroy_process_group()

@@ -1,0 +1,83 @@
+"""A weight push between three real processes over gloo (one trainer, two rollout receivers):
+the exported bytes and tensors equal what the processes moved, every tensor is checked, and
+each corruption one receiver makes is caught under its reason, in its version only, while the
+clean receiver shows none."""
+from __future__ import annotations
+
+import multiprocessing as mp
+from types import SimpleNamespace
+
+import pytest
+from helpers import scrape, value
+from helpers import weights_gloo as wg
+
+from dpobs_otel import names
+
+WORLD = 3
+EXPECTED = {"flip": "value", "swap": "value", "dtype": "value", "missing": "missing",
+            "extra": "unexpected"}
+
+
+@pytest.fixture(scope="module")
+def pushed(tmp_path_factory):
+    ctx = mp.get_context("spawn")
+    out, release = ctx.Queue(), ctx.Event()
+    init = f"file://{tmp_path_factory.mktemp('pg')}/store"
+    procs = [ctx.Process(target=wg.run, args=(r, WORLD, init, out, release)) for r in range(WORLD)]
+    for p in procs:
+        p.start()
+    try:
+        results = {}
+        for _ in range(WORLD):
+            rank, url, truth, checks = out.get(timeout=240)
+            endpoint = url.split("//", 1)[1].split("/", 1)[0]
+            results[rank] = (scrape(SimpleNamespace(endpoint=endpoint)), truth, checks)
+    finally:
+        release.set()
+        for p in procs:
+            p.join(60)
+            if p.is_alive():
+                p.kill()
+    return results
+
+
+def _sent_truth():
+    models = [wg.model(v) for v in wg.VERSIONS]
+    return (sum(t.numel() * t.element_size() for m in models for t in m.values()),
+            sum(len(m) for m in models))
+
+
+def test_bytes_and_tensors_are_exactly_what_moved(pushed):
+    nbytes, tensors = _sent_truth()
+    sender = pushed[0][0]
+    assert value(sender, names.WEIGHTS_TRANSFERRED_SERIES, side="send") == nbytes
+    assert value(sender, names.WEIGHTS_TENSORS_SERIES, side="send") == tensors
+    assert value(sender, names.WEIGHTS_SYNC_DURATION_SERIES + "_count",
+                 side="send") == len(wg.VERSIONS)
+    for rank in (1, 2):
+        samples, truth, _ = pushed[rank]
+        assert value(samples, names.WEIGHTS_TRANSFERRED_SERIES, side="receive") == truth["bytes"]
+        assert value(samples, names.WEIGHTS_TENSORS_SERIES, side="receive") == truth["tensors"]
+        assert value(samples, names.WEIGHTS_VERSION_SERIES, side="receive") == max(wg.VERSIONS)
+    assert pushed[2][1]["bytes"] == nbytes  # the clean receiver got every byte
+
+
+def test_the_clean_receiver_checks_every_tensor_and_flags_none(pushed):
+    samples, _, checks = pushed[2]
+    assert value(samples, names.WEIGHTS_CHECKED_SERIES) == _sent_truth()[1]
+    for reason in names.WEIGHT_MISMATCH_REASONS:
+        assert value(samples, names.WEIGHTS_MISMATCHED_SERIES, reason=reason) == 0
+    assert all(not c for c in checks.values())
+
+
+def test_each_corruption_is_caught_in_its_version_under_its_reason(pushed):
+    samples, _, checks = pushed[1]
+    for v in wg.VERSIONS:
+        how = wg.TAMPER.get(v)
+        assert checks[v] == ({EXPECTED[how]: 1} if how else {}), (v, how)
+    per_reason = {r: sum(1 for how in wg.TAMPER.values() if EXPECTED[how] == r)
+                  for r in names.WEIGHT_MISMATCH_REASONS}
+    for reason, n in per_reason.items():
+        assert value(samples, names.WEIGHTS_MISMATCHED_SERIES, reason=reason) == n
+    # every sent tensor, plus the one that arrived unannounced
+    assert value(samples, names.WEIGHTS_CHECKED_SERIES) == _sent_truth()[1] + 1
