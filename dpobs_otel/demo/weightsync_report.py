@@ -11,6 +11,7 @@ import sys
 
 from .. import names as nm
 from ..mixin import DEFAULT as MIXIN
+from ..readback.weights import Side, WeightTotals
 from .weightsync import TRANSPORTS
 
 MB = 1e6
@@ -18,7 +19,6 @@ MB = 1e6
 # lasts minutes. A lockstep run is at most the version in flight behind (1, the knob), so
 # no hold is needed to keep a clean run quiet; this one still shows the alert pending first.
 STALE_FOR = "5s"
-SYNC = nm.WEIGHTS_SYNC_DURATION_SERIES
 
 
 def add_weight_arguments(p) -> None:
@@ -78,19 +78,21 @@ def truth_of(*truths) -> dict | None:
 
 
 def metrics_of(samples, side: str) -> dict:
-    """One side's numbers from a process's scraped samples."""
-    def one(name, **labels):
-        return sum(v for n, lab, v in samples
-                   if n == name and all(lab.get(k) == x for k, x in labels.items()))
-    return {"syncs": one(f"{SYNC}_count", side=side), "seconds": one(f"{SYNC}_sum", side=side),
-            "bytes": one(nm.WEIGHTS_TRANSFERRED_SERIES, side=side),
-            "tensors": one(nm.WEIGHTS_TENSORS_SERIES, side=side),
-            "version": one(nm.WEIGHTS_VERSION_SERIES, side=side),
-            "checked": one(nm.WEIGHTS_CHECKED_SERIES),
-            "mismatched": {r: one(nm.WEIGHTS_MISMATCHED_SERIES, reason=r)
-                           for r in nm.WEIGHT_MISMATCH_REASONS},
-            "in_step": one(nm.STEP_WEIGHT_SYNC_SERIES),
-            "step_s": one(f"{nm.STEP_DURATION_SERIES}_sum")}
+    """One side's numbers from a process's scraped samples (readback's WeightTotals, and the
+    tensor counter it leaves unread)."""
+    w, tensors, step_s = WeightTotals(), 0.0, 0.0
+    for name, labels, value in samples:
+        if name == nm.WEIGHTS_TENSORS_SERIES and labels.get("side") == side:
+            tensors += value
+        elif name == f"{nm.STEP_DURATION_SERIES}_sum":
+            step_s += value
+        else:
+            w.add(name, labels, value)
+    s = w.sides.get(side, Side())
+    return {"syncs": s.syncs, "seconds": s.seconds, "bytes": s.bytes, "tensors": tensors,
+            "version": s.version or 0, "checked": w.checked or 0.0,
+            "mismatched": {r: w.mismatched.get(r, 0.0) for r in nm.WEIGHT_MISMATCH_REASONS},
+            "in_step": w.step_seconds or 0.0, "step_s": step_s}
 
 
 def _mean(d: dict) -> float:
