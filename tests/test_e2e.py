@@ -26,9 +26,10 @@ ROOT = Path(__file__).resolve().parents[1]
 REL = 0.05  # recording rules within 5% (relative) of the truth
 # A steady 10 ms per call keeps step time stable; 40 s of measured steps keeps rate()'s
 # extrapolation at the window edges (at most one scrape interval per target) near 1%.
-# Every opt-in feature on (the guard, row age), so that every dashboard panel has data.
+# Every opt-in feature on (the guard, row age, a weight sync), so that every dashboard
+# panel has data.
 WORKLOAD = dict(trainers=2, batch_size=32, min_len=32, max_len=256, latency_s=0.01,
-                verify=True, row_age=True)
+                verify=True, row_age=True, weight_sync="gloo")
 MEASURE_S = 40
 
 
