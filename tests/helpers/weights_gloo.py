@@ -1,11 +1,14 @@
 """A weight push over torch.distributed gloo between real processes, for tests/weights: rank 0
 sends a model each version through tel.weights.sent, every other rank receives it through
 tel.weights.received; a receiver may tamper with what it got (before its wrapper sees it),
-one kind per version. Each item travels as a broadcast of its metadata, then its payload."""
+one kind per version. The transport is the demo's (demo/gloo.py: loopback only, a header
+then the payload per item)."""
 from __future__ import annotations
 
 import torch
 import torch.distributed as dist
+
+from dpobs_otel.demo.gloo import Gloo
 
 from . import weights
 
@@ -16,26 +19,6 @@ VERSIONS = range(1, 8)
 
 def model(version: int) -> dict[str, torch.Tensor]:
     return weights.model(version)
-
-
-def _send(tel, version):
-    for name, t in tel.weights.sent(iter(model(version).items()), version=version):
-        meta = [(name, tuple(t.shape), t.dtype)]
-        dist.broadcast_object_list(meta, src=0)
-        dist.broadcast(t.contiguous(), src=0)
-    dist.broadcast_object_list([None], src=0)  # end of this version
-
-
-def _arrivals():
-    while True:
-        meta = [None]
-        dist.broadcast_object_list(meta, src=0)
-        if meta[0] is None:
-            return
-        name, shape, dtype = meta[0]
-        t = torch.empty(shape, dtype=dtype)
-        dist.broadcast(t, src=0)
-        yield name, t
 
 
 def _tampered(items, how):
@@ -57,20 +40,20 @@ def _mismatches(tel) -> dict[str, int]:
     return dict(tel.weights.meter.stats.mismatched)
 
 
-def run(rank: int, world: int, init: str, out, release) -> None:
+def run(rank: int, world: int, port, out, release) -> None:
     import dpobs_otel as dpobs
-    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+    gloo = Gloo(rank, world, port)
     tel = dpobs.start(role="trainer" if rank == 0 else "rollout", rank=rank, port=0,
                       host="127.0.0.1", verify_tensor_hash=True)
     checks, truth = {}, {"bytes": 0, "tensors": 0}
     try:
         for v in VERSIONS:
             if rank == 0:
-                _send(tel, v)
+                gloo.send(tel.weights.sent(iter(model(v).items()), version=v))
                 continue
             how = TAMPER.get(v) if rank == 1 else None
             before = _mismatches(tel)
-            got = dict(tel.weights.received(_tampered(_arrivals(), how), version=v))
+            got = dict(tel.weights.received(_tampered(gloo.receive(), how), version=v))
             truth["bytes"] += sum(t.numel() * t.element_size() for t in got.values())
             truth["tensors"] += len(got)
             checks[v] = {r: n - before[r] for r, n in _mismatches(tel).items() if n > before[r]}

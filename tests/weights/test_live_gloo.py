@@ -19,11 +19,10 @@ EXPECTED = {"flip": "value", "swap": "value", "dtype": "value", "missing": "miss
 
 
 @pytest.fixture(scope="module")
-def pushed(tmp_path_factory):
+def pushed():
     ctx = mp.get_context("spawn")
-    out, release = ctx.Queue(), ctx.Event()
-    init = f"file://{tmp_path_factory.mktemp('pg')}/store"
-    procs = [ctx.Process(target=wg.run, args=(r, WORLD, init, out, release)) for r in range(WORLD)]
+    out, release, port = ctx.Queue(), ctx.Event(), ctx.Value("i", 0)
+    procs = [ctx.Process(target=wg.run, args=(r, WORLD, port, out, release)) for r in range(WORLD)]
     for p in procs:
         p.start()
     try:

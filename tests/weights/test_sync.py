@@ -120,10 +120,17 @@ def test_the_sync_is_the_steps_own_time_not_the_data_planes(proving):
     assert m["dpobs/weights/syncs"] == 2 and m["dpobs/weights/tensors"] == 2 * len(model())
 
 
-def test_a_block_counts_notes_and_torch_distributed_calls_once_each(proving, tmp_path):
+def _one_rank_group(monkeypatch, tmp_path):
     import torch.distributed as dist
-    s = proving("trainer")
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")  # gloo's sockets on loopback only
     dist.init_process_group("gloo", init_method=f"file://{tmp_path}/pg", rank=0, world_size=1)
+    return dist
+
+
+def test_a_block_counts_notes_and_torch_distributed_calls_once_each(proving, tmp_path,
+                                                                     monkeypatch):
+    s = proving("trainer")
+    dist = _one_rank_group(monkeypatch, tmp_path)
     try:
         w = model()
         with s.weights.sync(version=3, side="send") as sync:
@@ -142,10 +149,10 @@ def test_a_block_counts_notes_and_torch_distributed_calls_once_each(proving, tmp
         dist.destroy_process_group()
 
 
-def test_a_block_on_another_thread_does_not_count_this_threads_calls(proving, tmp_path):
-    import torch.distributed as dist
+def test_a_block_on_another_thread_does_not_count_this_threads_calls(proving, tmp_path,
+                                                                      monkeypatch):
     s = proving("trainer")
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/pg", rank=0, world_size=1)
+    dist = _one_rank_group(monkeypatch, tmp_path)
     try:
         inside, go = threading.Event(), threading.Event()
 
