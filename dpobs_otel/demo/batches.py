@@ -9,6 +9,8 @@ import msgpack
 import torch
 from tensordict import NonTensorStack, TensorDict
 
+from ..names import ALERT_WEIGHTS_MISMATCH, ALERT_WEIGHTS_STALE, ALERT_WIRE_HASH_MISMATCH
+
 PARTITION = "grpo"
 VOCAB = 32000
 GROUP = 4  # GRPO: advantages are rewards normalised within each group of completions
@@ -48,6 +50,13 @@ class Config:
     def roles(self) -> list[tuple[str, int]]:
         return ([("rollout", 0)] + [("trainer", r) for r in range(self.trainers)]
                 + [("driver", 0)])
+
+    def faults_alert(self) -> set[str]:
+        """The alerts the faults this run injects must raise (the report waits for them)."""
+        return {alert for alert, on in ((ALERT_WIRE_HASH_MISMATCH, self.corrupt_at),
+                                        (ALERT_WEIGHTS_MISMATCH, self.corrupt_weights_at),
+                                        (ALERT_WEIGHTS_STALE, self.skip_weight_sync_at))
+                if on}
 
 
 def sample_ids(step: int, n: int) -> list[str]:

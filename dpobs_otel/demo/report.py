@@ -276,7 +276,7 @@ def report(res: Result, stack: Stack | None, cfg: Config) -> str:
         lines.append("\nCluster view (tel.cluster_step_metrics(sd_dir), the measured steps)\n"
                      + cluster_text(*res.cluster))
     if stack is not None:
-        lines += _prometheus_lines(stack, measured)
+        lines += _prometheus_lines(stack, measured, cfg)
     return "\n".join(lines)
 
 
@@ -302,7 +302,7 @@ def _guard_line(samples, cfg: Config) -> str:
             + (f"  (mismatched field: {', '.join(bad)})" if bad else ""))
 
 
-def _prometheus_lines(stack: Stack, measured: dict) -> list[str]:
+def _prometheus_lines(stack: Stack, measured: dict, cfg: Config) -> list[str]:
     def one(expr):
         r = stack.query(expr)
         return r[0]["value"] if r else float("nan")
@@ -332,7 +332,7 @@ def _prometheus_lines(stack: Stack, measured: dict) -> list[str]:
                        f' / ignoring(direction) {nm.JOB_OP_RATE}{{op="{op}"}}')
         row(f"bytes per {op} call, {direction} (transferred_bytes:rate5m / operations:rate5m)",
             per_call, n / calls if calls else float("nan"), "{:.0f}")
-    alerts = [_alert(a["labels"]) for a in stack.alerts()]
+    alerts = [_alert(a["labels"]) for a in stack.wait_alerts(cfg.faults_alert())]
     lines.append("\nAlertmanager: " + ("; ".join(alerts) or "no alerts"))
     return lines
 

@@ -159,6 +159,16 @@ class Stack(Managed):
         with urllib.request.urlopen(f"{self.alertmanager}/api/v2/alerts", timeout=10) as r:
             return json.load(r)
 
+    def wait_alerts(self, want: set[str], timeout: float = 60) -> list[dict]:
+        """alerts() once every alert named in `want` is among them, or at the timeout (what
+        is there then: the caller reports, it does not fail)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            alerts = self.alerts()
+            if want <= {a["labels"]["alertname"] for a in alerts} or time.monotonic() > deadline:
+                return alerts
+            time.sleep(0.5)
+
     def wait_scraped(self, instances, after: float, timeout: float = 30) -> None:
         """Until every instance has been scraped, healthy, by a scrape that began after the
         wall-clock time `after`: its samples then hold the state as of `after`."""

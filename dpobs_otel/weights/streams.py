@@ -1,5 +1,7 @@
 """tel.weights.sent() / received(): a (name, tensor) stream, sync or async, handed back
-measured. The sync runs from the first item pulled to the stream's end; on the sending side
+measured. The sync runs from the first pull (the generator's first next(), when the
+consumer starts to take weights: a receiver's clock then holds the first tensor's own
+transfer, which starting at its arrival left out) to the stream's end; on the sending side
 the fingerprints follow the last tensor as one more item (Sync.manifest: None otherwise),
 on the receiving side that item is taken out (Sync.note_item says which it is). Items pass
 through as they came (whatever their type); one that is not a (name, tensor) pair is left
@@ -16,6 +18,7 @@ def through(sync, stream):
 
 
 def _through(sync, stream):
+    sync.begin()
     try:
         for item in stream:
             if not sync.note_item(item):
@@ -28,6 +31,7 @@ def _through(sync, stream):
 
 
 async def _through_async(sync, stream):
+    sync.begin()
     try:
         async for item in stream:
             if not sync.note_item(item):

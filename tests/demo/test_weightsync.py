@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import time
 
 import pytest
 import torch
@@ -118,18 +117,6 @@ def test_the_refit_is_in_the_perfetto_trace_and_the_picture(clean):
 
 
 # -- the faults, through the demo's Prometheus and Alertmanager ----------------------------
-def _wait_alerts(stack, want: set[str], timeout: float = 60) -> dict[str, list[dict]]:
-    deadline = time.monotonic() + timeout
-    while True:
-        alerts = {}
-        for a in stack.alerts():
-            alerts.setdefault(a["labels"]["alertname"], []).append(a)
-        if want <= set(alerts):
-            return alerts
-        assert time.monotonic() < deadline, (want, stack.api("alerts"))
-        time.sleep(0.5)
-
-
 @pytest.mark.skipif(None in binaries().values(), reason="prometheus/alertmanager not on PATH")
 def test_a_flipped_weight_and_a_stopped_load_reach_alertmanager():
     cfg = Config(**{**CFG.__dict__, "steps": 6, "corrupt_weights_at": 2,
@@ -137,7 +124,12 @@ def test_a_flipped_weight_and_a_stopped_load_reach_alertmanager():
     with Stack(mixin=stack_mixin(cfg)) as stack:
         cfg.sd_dir = stack.sd_dir
         with demo.session(cfg, stack) as res:
-            alerts = _wait_alerts(stack, {nm.ALERT_WEIGHTS_MISMATCH, nm.ALERT_WEIGHTS_STALE})
+            want = {nm.ALERT_WEIGHTS_MISMATCH, nm.ALERT_WEIGHTS_STALE}
+            assert cfg.faults_alert() == want
+            alerts = {}
+            for a in stack.wait_alerts(want):
+                alerts.setdefault(a["labels"]["alertname"], []).append(a)
+            assert want <= set(alerts), stack.api("alerts")
             [bad] = alerts[nm.ALERT_WEIGHTS_MISMATCH]
             assert bad["labels"]["reason"] == "value"
             assert bad["labels"]["severity"] == "critical"
