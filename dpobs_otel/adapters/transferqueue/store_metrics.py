@@ -24,10 +24,9 @@ same controller again under their own node labels. The file itself carries no `n
 
 Harmless: dpobs's part never fails init() or close(). A config edit that fails leaves the
 user's config (counted, component=adapter); a failed lookup or write is counted under
-component=file_sd, its time billed there too; TransferQueue's own exceptions propagate as
-they are; init returns what TransferQueue returned (the user's own object where TransferQueue
-hands back the config it was given). With dpobs off none of this runs: the adapter is then
-the module itself.
+component=file_sd; TransferQueue's own exceptions propagate as they are; init returns what
+TransferQueue returned (the user's own object where TransferQueue hands back the config it
+was given). With dpobs off none of this runs: the adapter is then the module itself.
 """
 from __future__ import annotations
 
@@ -35,7 +34,6 @@ import os
 import re
 import socket
 import threading
-import time
 
 from ... import names
 from ...exporters.filesd import SharedFileSDTarget
@@ -97,15 +95,12 @@ def _discover(tel, tq, out) -> None:
     lookup = getattr(tq, "get_metrics_endpoint", None)
     if not s.sd_dir or lookup is None:
         return
-    t0 = time.perf_counter()
     try:
         endpoint = _endpoint_in(out) or lookup()
         if endpoint:
             announce(s, str(endpoint))
     except Exception as exc:
         tel.internal_error(names.COMPONENT_FILE_SD, exc)
-    finally:
-        tel.stats.add_time(names.COMPONENT_FILE_SD, time.perf_counter() - t0)
 
 
 def _endpoint_in(conf):
