@@ -27,6 +27,8 @@ from dpobs_otel.readback.scrape import targets
 
 pytestmark = pytest.mark.skipif(boot_id() is None, reason="needs Linux's boot id and /proc")
 
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))))
 ERRORS = "dpobs_instrumentation_errors_total"
 ENDPOINT = "127.0.0.1:9"  # the controller's, as TransferQueue writes it
 LABELS = {"job": "j", "role": ROLE}
@@ -305,3 +307,29 @@ def test_the_instrumentor_patches_init_and_close_and_puts_them_back(monkeypatch)
     finally:
         inst.uninstrument()
     assert (transfer_queue.init, transfer_queue.close) == own
+
+
+# -- the request table, as code and as documentation ------------------------------------------
+def test_the_documented_table_is_the_code():
+    from dpobs_otel.adapters.transferqueue.requests import CALLS, TABLE, markdown
+
+    doc = open(os.path.join(REPO, "docs", "transferqueue.md")).read()
+    block = doc.split("<!-- requests-table")[1].split("<!-- /requests-table -->")[0]
+    assert block.split("\n", 1)[1].strip() == markdown()
+    assert list(CALLS) == list(TABLE)
+
+
+def test_each_release_reads_its_own_row():
+    from dpobs_otel.adapters.transferqueue.exporter import CLEAR_DATA, MARK_CLEARING
+    from dpobs_otel.adapters.transferqueue.requests import expected, per_op, requests
+
+    assert MARK_CLEARING not in requests("kv.clear", (0, 1, 9)).controller
+    assert MARK_CLEARING in requests("kv.clear", (0, 1, 10)).controller
+    with pytest.raises(LookupError):
+        requests("kv.put", (0, 1, 6))  # no exporter to compare with
+    with pytest.raises(LookupError):
+        requests("kv.get:short", (0, 1, 8))  # such a read is kv.get:absent there
+    assert set(per_op("kv")) == {"put", "get", "list", "clear", "register"}
+    assert set(per_op("client")) == {"claim_meta", "put", "get_data", "clear"}
+    controller, storage = expected({"kv.clear": 2}, (0, 1, 11), units=3)
+    assert controller[MARK_CLEARING] == 2 and storage == {CLEAR_DATA: 6}
