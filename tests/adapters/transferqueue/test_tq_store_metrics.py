@@ -21,7 +21,7 @@ import pytest
 import torch
 import transfer_queue as tq
 from helpers import scrape
-from helpers.transferqueue import OPS, SHORT_READS, T
+from helpers.transferqueue import OPS, RELEASE, SHORT_READS, T
 from tensordict import TensorDict
 
 import dpobs_otel as dpobs
@@ -31,11 +31,14 @@ from dpobs_otel.adapters.transferqueue import instrument as tq_instrument
 from dpobs_otel.adapters.transferqueue.client import ClientPatches
 from dpobs_otel.adapters.transferqueue.exporter import (COLLECT_INTERVAL_ENV,
                                                         CONTROLLER_REQUESTS, CONTROLLER_UPTIME,
-                                                        OP_TYPE, STORAGE_REQUESTS)
+                                                        FIRST_RELEASE, OP_TYPE,
+                                                        STORAGE_REQUESTS)
 from dpobs_otel.adapters.transferqueue.kv import TransferQueueDataPlane
 from dpobs_otel.adapters.transferqueue.requests import expected, per_op
 from dpobs_otel.adapters.transferqueue.store_metrics import ROLE
 from dpobs_otel.testing.transferqueue import LOOPBACK_ENV, call, start, stop
+
+pytestmark = pytest.mark.skipif(RELEASE < FIRST_RELEASE, reason="no exporter before 0.1.7")
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))
