@@ -53,6 +53,9 @@ class Settings:
     trace_ring: int = 16384  # spans each process keeps (the oldest go first)
     trace_every: int = 1  # trace one step in this many (ops outside steps follow the process's)
     node: str | None = None  # the node on spans (default: this host's name)
+    # TransferQueue's own Prometheus exporter turned on by dpobs at transfer_queue.init when
+    # the user's config leaves `metrics.enabled` unset (adapters/transferqueue/store_metrics.py)
+    tq_metrics: bool = False
 
     @classmethod
     def resolve(cls, env=os.environ, **given) -> "Settings":

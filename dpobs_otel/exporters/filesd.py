@@ -13,6 +13,10 @@ boot) makes the name unique to one process for the life of the boot, so a reused
 never pick up or overwrite an old file. Children forked by the process (data loader
 workers) share the locked descriptor, so a file outlives its writer while they live: kept
 too long, never removed too early.
+
+A target that several processes announce (TransferQueue's controller, which every process of
+its job sees) is a SharedFileSDTarget: one name for all of them, `<name>@<boot id>.0.json`,
+each announcer holding a shared lock; the same sweep removes it once none is left.
 """
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ import logging
 import os
 import re
 import tempfile
+import time
 
 log = logging.getLogger("dpobs_otel")
 
@@ -96,6 +101,92 @@ class FileSDTarget:
             self._lock_fd = None
 
 
+class SharedFileSDTarget:
+    """One target announced by any number of processes, one file whoever writes it.
+
+    The first announcer creates the file whole (a complete temporary, link(2)ed into place:
+    link never replaces, so a second writer joins the first file instead of swapping in an
+    inode of its own); every announcer holds a shared flock on that file for its life. The
+    sweep (which needs the exclusive lock) removes it only once no announcer is left,
+    however they went; the last one out removes it itself. `<start>` in the name is 0: the
+    file belongs to no one process."""
+
+    ATTEMPTS = 8  # joins lost to a sweep removing the file at that moment, then retried
+
+    def __init__(self, sd_dir: str, target: str, labels: dict[str, str], name: str):
+        os.makedirs(sd_dir, exist_ok=True)
+        sweep(sd_dir)  # a file whose announcers are all gone goes first
+        boot = boot_id()
+        self.path = os.path.join(sd_dir, f"{name}@{boot}.0.json" if boot else f"{name}.json")
+        doc = [{"targets": [target], "labels": {k: str(v) for k, v in labels.items()}}]
+        self._pid = os.getpid()
+        self._fd = None
+        for attempt in range(self.ATTEMPTS):
+            time.sleep(0.001 * attempt)  # a reader's probe holds the lock for an instant
+            self._fd = _join(self.path)
+            if self._fd is None:
+                self._fd = _create(self.path, sd_dir, doc)
+            if self._fd is not None:
+                break
+        else:
+            raise OSError(f"could not announce {self.path}: it kept disappearing")
+        atexit.register(self.remove)
+
+    def remove(self, force: bool = False) -> None:
+        """Stop announcing: the file goes if this was the last announcer, or (force: the
+        target itself is gone) whoever else still announces it."""
+        fd, self._fd = self._fd, None
+        atexit.unregister(self.remove)
+        if fd is None:
+            return
+        try:  # a forked child only drops its copy: the lock is its parent's too
+            if os.getpid() == self._pid and (force or _try_lock(fd)) and _names(self.path, fd):
+                _unlink(self.path)
+        finally:
+            os.close(fd)
+
+
+def _join(path: str) -> int | None:
+    """A descriptor of the existing file at path, shared-locked; None when there is none
+    (or a sweep holds it, about to remove it)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        if _names(path, fd):
+            return fd
+    except OSError:
+        pass
+    os.close(fd)
+    return None
+
+
+def _create(path: str, sd_dir: str, doc) -> int | None:
+    """The file at path, written whole and shared-locked; None when another announcer
+    created it first (join that one)."""
+    fd, tmp = tempfile.mkstemp(dir=sd_dir, prefix=_TMP_PREFIX, suffix=".tmp")
+    try:
+        with os.fdopen(os.dup(fd), "w") as f:
+            json.dump(doc, f, indent=2, sort_keys=True)
+        os.chmod(tmp, 0o644)  # as FileSDTarget: Prometheus often runs as another user
+        fcntl.flock(fd, fcntl.LOCK_SH)  # before the name appears: never seen unlocked
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            os.close(fd)
+            return None
+        except OSError:  # a filesystem without hard links: the old way, still atomic
+            os.replace(tmp, path)
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+    finally:
+        _unlink(tmp)
+
+
 def _try_lock(fd: int) -> bool:
     """Take an exclusive lock without waiting. False when another process holds it, or the
     filesystem cannot lock (then nobody can judge the file, and it is kept)."""
@@ -147,14 +238,17 @@ def _remove_if_unlocked(path: str) -> bool:
         if not _try_lock(fd):
             return False  # its writer lives (or nobody can tell)
         # Holding the lock, remove the name only if it still names the inode we locked.
-        try:
-            if os.stat(path).st_ino != os.fstat(fd).st_ino:
-                return False
-        except FileNotFoundError:
-            return False
-        return _unlink(path)
+        return _names(path, fd) and _unlink(path)
     finally:
         os.close(fd)
+
+
+def _names(path: str, fd: int) -> bool:
+    """Does `path` still name the file open as `fd` (not a newer file of the same name)?"""
+    try:
+        return os.stat(path).st_ino == os.fstat(fd).st_ino
+    except FileNotFoundError:
+        return False
 
 
 def _sweep_temporaries(sd_dir: str, entries: list[str]) -> list[str]:

@@ -9,9 +9,11 @@ or, in code that would rather say so:
     TransferQueueInstrumentor().uninstrument()    # puts TransferQueue's own functions back
 
 `instrument()` replaces the twelve kv_* functions of the `transfer_queue` package (sync and
-async) with measured ones, and measures the client classes TransferQueueClient and
-AsyncTransferQueueClient (get_meta, put, get_data, clear_samples, clear_partition and their
-async forms; client.py). The first measured call in a process starts dpobs there
+async) with measured ones, init and close with ones that turn TransferQueue's own exporter
+on when asked and announce it (store_metrics.py), and measures the client classes
+TransferQueueClient and AsyncTransferQueueClient (get_meta, put, get_data, clear_samples,
+clear_partition and their async forms; client.py). The first call of any of these in a
+process (init, usually) starts dpobs there
 (`dpobs.start()`, every setting from its DPOBS_* variable: role, rank, sd_dir, the guard...),
 so a process that imports transfer_queue but never calls it serves nothing; a forked child
 starts its own on its first call. `instrument(telemetry=tel)` uses an existing Telemetry in
@@ -39,6 +41,8 @@ __all__ = ["TransferQueueInstrumentor", "KV_FUNCTIONS"]
 
 _KV = ("kv_put", "kv_batch_put", "kv_batch_get", "kv_batch_get_by_meta", "kv_list", "kv_clear")
 KV_FUNCTIONS = _KV + tuple("async_" + name for name in _KV)
+# With the store's exporter and its file_sd announcement (store_metrics.py).
+LIFECYCLE = ("init", "close")
 
 
 class _Originals:
@@ -85,7 +89,7 @@ class TransferQueueInstrumentor(Instrumentor):
         from .client import ClientPatches
         from .kv import InstrumentedTransferQueue
 
-        originals = {name: getattr(transfer_queue, name) for name in KV_FUNCTIONS}
+        originals = {name: getattr(transfer_queue, name) for name in KV_FUNCTIONS + LIFECYCLE}
         module = _Originals(transfer_queue, originals)
         self._per_process = PerProcess(lambda tel: InstrumentedTransferQueue(tel, module),
                                        "TransferQueue", kwargs.get("telemetry"))

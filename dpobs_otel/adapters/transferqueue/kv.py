@@ -3,8 +3,9 @@
 `TransferQueueDataPlane` is the data-plane protocol over the `transfer_queue` module;
 `InstrumentedTransferQueue` (what `instrument` returns) keeps TransferQueue's own names and
 routes every kv_* call through `tel.instrument(TransferQueueDataPlane())`, so timing, bytes,
-keys, missing rows, occupancy and the wire guard all live in the core's one wrapper.
-Anything that is not kv_* (init, close, get_client, ...) passes through to the module.
+keys, missing rows, occupancy and the wire guard all live in the core's one wrapper. init
+and close also turn TransferQueue's own exporter on when asked and announce it
+(store_metrics.py); anything else (get_client, ...) passes through to the module.
 
 What TransferQueue does that the adapter has to handle (docs/transferqueue.md):
   * kv_batch_get drops absent keys silently when others are present, and returns an EMPTY
@@ -34,6 +35,7 @@ from ...guard import is_digest_field
 from ..instrumentation import MEASURED, own
 from .digests import (carries_tags, digest_columns, parser_kwargs, put_with_digests,
                       strip_digest_tags, without_digest_tags)
+from .store_metrics import StoreMetrics
 
 __all__ = ["TransferQueueDataPlane", "InstrumentedTransferQueue", "instrument"]
 
@@ -237,7 +239,7 @@ class _ShortReadLog:
                     since)
 
 
-class InstrumentedTransferQueue:
+class InstrumentedTransferQueue(StoreMetrics):
     """TransferQueue's module API with the kv_* functions measured by dpobs.
 
     Differences from the bare module, all deliberate:
@@ -247,6 +249,7 @@ class InstrumentedTransferQueue:
     """
 
     def __init__(self, tel, module=None):
+        self._tel = tel
         self._tq = _Unmeasured(module if module is not None else _tq_module())
         self.data_plane = TransferQueueDataPlane(self._tq, digests=carries_tags(tel))
         self.client = tel.instrument(self.data_plane)
