@@ -90,6 +90,11 @@ STEP_WEIGHT_SYNC_SERIES = series(STEP_WEIGHT_SYNC, "s", counter=True)
 # not name a process (DESIGN.md "Cluster deployment"); the agent adds node, file_sd adds
 # job, role and rank. Per-process rules group by exactly these.
 PROCESS_IDENTITY = ("job", "node", "instance", "role", "rank")
+# The role of a store's own exporter registered beside the processes (TransferQueue's
+# controller, adapters/transferqueue/store_metrics.py): a target of the job that is not a
+# dpobs process, so the readers of dpobs's numbers (cluster view, top, timeline) skip it.
+ROLE_TQ_CONTROLLER = "tq-controller"
+STORE_ROLES = frozenset({ROLE_TQ_CONTROLLER})
 
 
 # -- Recording rules (level:metric:operations; DESIGN.md "Recording rules") ---------------

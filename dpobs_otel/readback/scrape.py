@@ -133,10 +133,10 @@ class ProcessTotals:
 
 # -- discovery -------------------------------------------------------------------------
 
-def targets(sd_dir: str, job: str | None = None) -> list[Target]:
-    """Every endpoint listed by the file_sd JSON files in sd_dir (one target per listed
-    address), optionally only those whose job label is `job`. Unreadable or malformed
-    files are skipped; a missing directory lists nothing."""
+def targets(sd_dir: str, job: str | None = None, stores: bool = False) -> list[Target]:
+    """Every dpobs process listed by the file_sd JSON files in sd_dir (one target per listed
+    address), of job `job` if given, and with `stores` the stores' own exporters there too
+    (names.STORE_ROLES). Unreadable or malformed files are skipped; no directory, no targets."""
     out = []
     try:
         entries = sorted(e for e in os.listdir(sd_dir) if e.endswith(".json"))
@@ -154,6 +154,8 @@ def targets(sd_dir: str, job: str | None = None) -> list[Target]:
         inc, alive = _writer(path, entry, me)
         for addrs, labels in groups:
             if job is not None and labels.get("job") != job:
+                continue
+            if not stores and labels.get("role") in names.STORE_ROLES:
                 continue
             lab = tuple(sorted((str(k), str(v)) for k, v in labels.items()))
             out += [Target(str(a), lab, path, inc, alive) for a in addrs]

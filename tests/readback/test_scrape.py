@@ -14,6 +14,7 @@ import torch
 from tensordict import TensorDict
 
 import dpobs_otel as dpobs
+from dpobs_otel import names
 from dpobs_otel.readback import scrape
 from dpobs_otel.exporters.filesd import boot_id
 
@@ -97,6 +98,11 @@ def test_targets_identity_liveness_and_filters(clean_env, tmp_path):
         assert {t.address for t in scrape.targets(str(sd), job="j1")} == {
             tel.endpoint, "127.0.0.1:1"}
         assert scrape.targets(str(tmp_path / "missing")) == []
+        # a store's own exporter registered beside the processes is not a dpobs process
+        write_sd(sd / "tq-controller-j1.json", ["127.0.0.1:4"],
+                 {"job": "j1", "role": names.ROLE_TQ_CONTROLLER})
+        assert "127.0.0.1:4" not in {t.address for t in scrape.targets(str(sd))}
+        assert "127.0.0.1:4" in {t.address for t in scrape.targets(str(sd), stores=True)}
     finally:
         tel.shutdown()
 

@@ -41,7 +41,7 @@ from ...exporters.filesd import SharedFileSDTarget
 __all__ = ["ROLE", "StoreMetrics", "measured_init", "with_exporter", "announce", "release",
            "on_this_host"]
 
-ROLE = "tq-controller"  # the role label of the controller's target
+ROLE = names.ROLE_TQ_CONTROLLER  # the role label of the controller's target
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")  # what a file name may not hold
 
 # (pid, sd_dir, file name) -> this process's announcement; a forked child holds none of its

@@ -69,7 +69,7 @@ def test_n_processes_announcing_one_target_make_one_file(tmp_path):
         # the format of every process's file: one group, the target, the labels
         with open(mine.path) as f:
             assert json.load(f) == [{"targets": [ENDPOINT], "labels": LABELS}]
-        (t,) = targets(str(tmp_path))
+        (t,) = targets(str(tmp_path), stores=True)
         assert (t.address, dict(t.labels), t.alive) == (ENDPOINT, LABELS, True)
         _kill(procs[:2])
         assert sweep(str(tmp_path)) == [] and os.path.exists(mine.path)  # others still hold it
