@@ -23,7 +23,7 @@ from ..guard.reference import M32, R, field_salt, id_salt, salt
 from ..guard.sums import sums_flat
 
 PARTITION = "dpobs-weights"  # the id salt's partition: weights never share a guard row's
-MIN_PIECE = 1 << 16  # words (256 KB): below this a thread's start costs more than it saves
+MIN_PIECE = 1 << 19  # words (2 MB): a piece must outweigh handing it to a thread (tens of us here)
 
 
 def _words(t: torch.Tensor) -> torch.Tensor:
