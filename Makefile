@@ -13,6 +13,10 @@ WHEEL_EXTRAS := dashboards,instrument,top
 
 # pyproject.toml declares ranges; the suite runs the one point of them in SUITE_PINS.
 SUITE_PINS := constraints/suite.txt
+# verl and what `import verl.checkpoint_engine` needs on the CPU (the rest of it is Ray,
+# torch, numpy, omegaconf..., already in the suite's environment).
+VERL_IMPORT := verl transformers huggingface-hub tokenizers safetensors regex tqdm httpx \
+  httpcore h11 anyio codetiming orjson fastapi starlette annotated-doc uvicorn
 
 $(STAMP): pyproject.toml setup.py dpobs_otel/guard/_rowsums.c $(SUITE_PINS)
 	$(PY) -m venv $(VENV)
@@ -22,6 +26,10 @@ $(STAMP): pyproject.toml setup.py dpobs_otel/guard/_rowsums.c $(SUITE_PINS)
 	# Mooncake has no extra (pyproject.toml): the suite installs its non-CUDA build itself.
 	$(BIN)/pip install -q -c $(SUITE_PINS) -e '.[test,dashboards,transferqueue,instrument,top,otlp,timeline]' \
 	  mooncake-transfer-engine-non-cuda
+	# verl 0.9 (tests/adapters/verl): its metadata wants tensordict<=0.10 (the suite runs 0.15)
+	# and a GPU stack, none of which verl.checkpoint_engine imports on the CPU. So verl goes in
+	# without its dependencies, beside only the small ones that import needs, each pinned.
+	$(BIN)/pip install -q -c $(SUITE_PINS) --no-deps $(VERL_IMPORT)
 	# An editable install leaves out the DPOBS_AUTO start-up hook a wheel installs (setup.py).
 	cp dpobs_otel/dpobs-otel-auto.pth "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/"
 	touch $(STAMP)
