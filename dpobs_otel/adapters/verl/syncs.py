@@ -19,7 +19,9 @@ backend only stores the stream for its receive_weights to read later (the stream
 Only engines whose `wire_format` is "named_tensors" (every backend but delta_sharded, which
 moves sparse patches, not tensors) and a `weights` that is an iterable are measured; the
 rest run as they are, said once per class. Every failure of dpobs here is counted in
-dpobs_instrumentation_errors_total{component="adapter"} and the call runs unmeasured.
+dpobs_instrumentation_errors_total{component="adapter"} and the call runs unmeasured; a
+receive that failed so still takes the sender's manifest item out of the stream, so that the
+rollout engine never meets a tensor its model does not have.
 """
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ import operator
 import threading
 
 from ... import names
-from ...weights import streams
+from ...weights import MANIFEST_NAME, streams
 from ...weights.sync import Sync
 
 log = logging.getLogger(__name__)
@@ -111,7 +113,7 @@ class VerlWeights:
             return self._tel.weights.received(stream, version=version)
         except Exception as exc:
             self._tel.internal_error(names.COMPONENT_ADAPTER, exc)
-            return stream
+            return _without_manifest(stream)
 
     def _version(self, side: str, bound) -> int:
         steps = bound.arguments.get("global_steps")
@@ -134,6 +136,24 @@ class VerlWeights:
                      "stream: its weight syncs run unmeasured", kind.__module__,
                      kind.__qualname__, wire, type(stream).__name__)
         return False
+
+
+def _without_manifest(stream):
+    """`stream` less the sender's manifest item: what the measured wrapper would have handed
+    the rollout engine, which would take a tensor of that name for a weight of its model."""
+    if hasattr(stream, "__aiter__"):
+        return _without_manifest_async(stream)
+    return (item for item in stream if not _is_manifest(item))
+
+
+async def _without_manifest_async(stream):
+    async for item in stream:
+        if not _is_manifest(item):
+            yield item
+
+
+def _is_manifest(item) -> bool:
+    return isinstance(item, tuple) and len(item) == 2 and item[0] == MANIFEST_NAME
 
 
 def _stream_argument(signature) -> str:
