@@ -31,7 +31,7 @@ from dpobs_otel.testing.transferqueue import LOOPBACK_ENV, start, stop  # noqa: 
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 LAUNCHER = os.path.join(os.path.dirname(sys.executable), "opentelemetry-instrument")
-OURS = "transfer_queue,mooncake"  # dpobs's entry points (pyproject.toml)
+OURS = "transfer_queue,mooncake,verl"  # dpobs's entry points (pyproject.toml)
 LAUNCHERS = {"plain": ([], {}), "DPOBS_AUTO": ([], {"DPOBS_AUTO": "1"}),
              "opentelemetry-instrument": ([LAUNCHER], {}), "in code": ([], {"M_IN_CODE": "1"})}
 SWITCHES = {"on": {}, "DPOBS_DISABLED": {"DPOBS_DISABLED": "1"},
@@ -46,7 +46,8 @@ HOOK_MODULES = {"dpobs_otel", "dpobs_otel.auto", "dpobs_otel.config", "dpobs_ote
 ENTRY_POINT_MODULES = HOOK_MODULES | {
     f"dpobs_otel.adapters{m}" for m in (
         "", ".instrumentation", ".transferqueue", ".transferqueue.instrumentor",
-        ".transferqueue.package", ".mooncake", ".mooncake.instrumentor", ".mooncake.package")}
+        ".transferqueue.package", ".mooncake", ".mooncake.instrumentor", ".mooncake.package",
+        ".verl", ".verl.instrumentor", ".verl.package")}
 
 # Calls counted per client kind, with dpobs on.
 KV = {"put": 1, "get": 1, "list": 1, "clear": 1}

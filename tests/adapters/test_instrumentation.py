@@ -27,7 +27,8 @@ from dpobs_otel.adapters.instrumentation import Instrumentor, OwnCalls, is_own_c
 from dpobs_otel.adapters.mooncake import MooncakeInstrumentor
 
 PYPROJECT = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
-PACKAGES = {"transferqueue": "TransferQueueInstrumentor", "mooncake": "MooncakeInstrumentor"}
+PACKAGES = {"transferqueue": "TransferQueueInstrumentor", "mooncake": "MooncakeInstrumentor",
+            "verl": "VerlInstrumentor"}
 
 
 def test_own_calls_marks_the_block_only():
@@ -155,7 +156,8 @@ def test_entry_points_and_dpobs_auto_name_each_package_s_instrumentor():
     points = PYPROJECT["project"]["entry-points"]["opentelemetry_instrumentor"]
     assert points == {"transfer_queue": "dpobs_otel.adapters.transferqueue:"
                                         "TransferQueueInstrumentor",
-                      "mooncake": "dpobs_otel.adapters.mooncake:MooncakeInstrumentor"}
+                      "mooncake": "dpobs_otel.adapters.mooncake:MooncakeInstrumentor",
+                      "verl": "dpobs_otel.adapters.verl:VerlInstrumentor"}
     for target in points.values():
         where, cls = target.split(":")
         assert issubclass(getattr(importlib.import_module(where), cls), Instrumentor)
@@ -166,7 +168,8 @@ def test_entry_points_and_dpobs_auto_name_each_package_s_instrumentor():
 def test_importing_a_package_imports_its_instrumentor_alone():
     # The OpenTelemetry launcher imports every entry point's package at start-up.
     code = ("import sys, dpobs_otel.adapters.transferqueue, dpobs_otel.adapters.mooncake\n"
-            "print(sorted(m for m in ('torch', 'transfer_queue', 'mooncake', 'tensordict')"
+            "import dpobs_otel.adapters.verl\n"
+            "print(sorted(m for m in ('torch', 'transfer_queue', 'mooncake', 'tensordict', 'verl')"
             " if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120)
