@@ -16,11 +16,13 @@ measures only when it is the one the engine's own class resolves (calls.py).
 from __future__ import annotations
 
 import inspect
+import logging
 import threading
 from typing import Callable
 
 from ..instrumentation import MEASURED
 
+log = logging.getLogger(__name__)
 METHODS = ("send_weights", "receive_weights")
 _HOOK = "__init_subclass__"
 
@@ -69,13 +71,21 @@ class EnginePatches:
         setattr(base, _HOOK, classmethod(__init_subclass__))
 
     def patch(self, cls: type) -> None:
-        """The measured methods that `cls` itself defines (never a parent's, twice)."""
+        """The measured methods that `cls` itself defines (never a parent's, twice). It runs
+        inside the definition of the user's class: a failure leaves the method unmeasured,
+        logged, and never fails the class statement."""
         with self._lock:
             for name in METHODS:
                 fn = cls.__dict__.get(name)
-                if _measurable(fn):
-                    self._originals[(cls, name)] = fn
+                if not _measurable(fn):
+                    continue
+                try:
                     setattr(cls, name, self._measure(name, fn))
+                except Exception:
+                    log.warning("dpobs: %s.%s left unmeasured", cls.__qualname__, name,
+                                exc_info=True)
+                    continue
+                self._originals[(cls, name)] = fn
 
     def uninstall(self) -> None:
         with self._lock:

@@ -111,3 +111,17 @@ def test_a_disabled_telemetry_hands_every_call_to_verl_untouched():
         assert all(a is b for a, b in zip(naive.receive_weights(global_steps=1), items))
     finally:
         inst.uninstrument()
+
+
+def test_a_failure_to_patch_a_class_never_fails_its_definition(proving, instrumented,
+                                                               monkeypatch, caplog):
+    with monkeypatch.context() as m:
+        m.setattr(instrumented._patches, "_measure", _raise)
+
+        class Defined(ve.Loopback):  # a user's backend, defined while dpobs cannot wrap it
+            async def send_weights(self, weights, global_steps=None):
+                self.given = weights
+
+    assert Defined.send_weights.__name__ == "send_weights"
+    assert not hasattr(Defined.send_weights, "__wrapped__")
+    assert any("left unmeasured" in r.getMessage() for r in caplog.records)
