@@ -40,10 +40,11 @@ NAMED_TENSORS = "named_tensors"
 
 class SendCall:
     """One measured send_weights call: `args`/`kwargs` are the call's own with its stream
-    measured; the sync ends at the later of returned() and the stream's end."""
+    measured (set once the stream is); the sync ends at the later of returned() and the
+    stream's end."""
 
-    def __init__(self, sync: Sync, args: tuple, kwargs: dict):
-        self.args, self.kwargs = args, kwargs
+    def __init__(self, sync: Sync):
+        self.args, self.kwargs = (), {}
         self._sync = sync
         self._open = 2  # the call and the stream
         self._lock = threading.Lock()
@@ -97,7 +98,7 @@ class VerlWeights:
             if not self._measurable(engine, stream):
                 return None
             sync = Sync(self._tel.weights, self._version("send", bound), "send")
-            call = SendCall(sync, (), {})
+            call = SendCall(sync)
             bound.arguments[stream_arg] = streams.through(call, stream)
             call.args, call.kwargs = bound.args, bound.kwargs
             return call
