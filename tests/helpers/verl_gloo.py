@@ -51,12 +51,17 @@ def patched() -> dict[str, bool]:
     return out
 
 
+def _models() -> dict:
+    """Every version's weights, made before the first sync: no process computes between two
+    syncs (a receiver that did would hold the trainer's next broadcast inside its timer)."""
+    return {v: model(v or VERSIONS[-1]) for v in (*VERSIONS, None)}
+
+
 async def _send(engine) -> list[float]:
     from verl.utils.profiler.performance import marked_timer
     readings = []
-    for version in (*VERSIONS, None):
+    for version, weights in _models().items():
         timing: dict[str, float] = {}
-        weights = model(version or VERSIONS[-1])
         with marked_timer("update_weights", timing):
             await engine.send_weights(iter(weights.items()), global_steps=version)
         readings.append(timing["update_weights"])
@@ -65,20 +70,19 @@ async def _send(engine) -> list[float]:
 
 async def _receive(engine) -> tuple[list[float], dict]:
     from verl.utils.profiler.performance import marked_timer
-    readings, truth = [], {"bytes": 0, "tensors": 0, "equal": []}
-    for version in (*VERSIONS, None):
+    readings, kept, models = [], [], _models()
+    for version in models:
         timing: dict[str, float] = {}
         got = {}
         with marked_timer("update_weights", timing):
             async for name, tensor in engine.receive_weights(global_steps=version):
                 got[name] = tensor.clone()  # the buffer is reused: keep a copy
         readings.append(timing["update_weights"])
-        want = model(version or VERSIONS[-1])
-        truth["bytes"] += payload(got.values())
-        truth["tensors"] += len(got)
-        truth["equal"].append(got.keys() == want.keys()
-                              and all(torch.equal(got[n], want[n]) for n in want))
-    return readings, truth
+        kept.append(got)
+    equal = [got.keys() == want.keys() and all(torch.equal(got[n], want[n]) for n in want)
+             for got, want in zip(kept, models.values())]
+    return readings, {"bytes": sum(payload(g.values()) for g in kept),
+                      "tensors": sum(len(g) for g in kept), "equal": equal}
 
 
 def _engine(rank: int, world: int):

@@ -152,9 +152,10 @@ def _print_figures(launcher: str, pushed: dict) -> None:
     for rank in range(WORLD):
         side = "send" if rank == 0 else "receive"
         dpobs_s = value(pushed[rank]["samples"], SUM, side=side)
-        verl_s = sum(pushed[rank]["verl_timer_s"])
+        each = pushed[rank]["verl_timer_s"]
         print(f"\nverl gloo [{launcher}] rank {rank} {side}: {SYNCS} syncs, {nbytes / 2**20:.1f} "
-              f"MiB; verl marked_timer('update_weights') {verl_s:.3f} s, dpobs {dpobs_s:.3f} s; "
+              f"MiB; verl marked_timer('update_weights') {sum(each):.3f} s "
+              f"({', '.join(f'{t:.3f}' for t in each)}), dpobs {dpobs_s:.3f} s; "
               f"dpobs bandwidth {nbytes / dpobs_s / 2**20:.0f} MiB/s")
 
 
