@@ -7,55 +7,83 @@ word is weighted by R^position), a bf16 tensor sent where fp32 was (the dtype is
 and the bytes differ), a reshaped tensor (the shape is in the salt), a sign flip (the mix
 carries high bits down). A 32-bit digest: a random change escapes with probability 2^-32.
 
-A tensor is one long row, which the kernels would sum on one thread; it is cut into one
-piece per intra-op thread of the caller (like the guard), no piece shorter than MIN_PIECE
-words, the pieces summed at once and recombined: A = sum_k A_k * R^(start_k) mod 2^32,
-which is the one-row sum exactly. Per thread rather than fixed-size pieces because a
-model's tensors are mostly a few MB: fixed 4 MB pieces left most of them on one thread.
+A CPU tensor is read in place by the C kernel (guard/kernel.py run_sum), no word tensor
+made: a model has hundreds of small tensors and each would otherwise pay tens of
+microseconds of tensor bookkeeping. A large one is cut into one piece per intra-op thread
+of the caller (like the guard), no piece shorter than MIN_PIECE words, the pieces summed
+at once and recombined: A = sum_k A_k * R^(start_k) mod 2^32, the one-row sum exactly
+(reading memory, one thread does not reach the bandwidth two do). Other devices, and
+installs without the kernel, go through the guard's torch kernels.
 """
 from __future__ import annotations
 
+import ctypes
+
 import torch
 
-from ..guard import pool
+from ..guard import kernel, pool
 from ..guard.fingerprint import UnsupportedField, _as_bytes_2d, _bytes_to_words_2d
-from ..guard.reference import M32, R, field_salt, id_salt, salt
+from ..guard.reference import M32, MIX_SHIFT, R, field_salt, id_salt, salt
 from ..guard.sums import sums_flat
 
 PARTITION = "dpobs-weights"  # the id salt's partition: weights never share a guard row's
-MIN_PIECE = 1 << 19  # words (2 MB): a piece must outweigh handing it to a thread (tens of us here)
+MIN_PIECE = 1 << 22  # words (16 MB): smaller pieces ran slower than one thread here
 
 
-def _words(t: torch.Tensor) -> torch.Tensor:
-    """The tensor's exact bytes as one flat run of int32 words, zero-padded (a copy only when
-    the tensor is not contiguous or its bytes do not end on a word)."""
+def _readable(t: torch.Tensor) -> torch.Tensor:
     if t.is_sparse or t.is_quantized or t.is_nested or t.device.type == "meta":
         raise UnsupportedField("unsupported_layout")
-    return _bytes_to_words_2d(_as_bytes_2d(t.reshape(1, -1))).reshape(-1)
+    return t if t.is_contiguous() else t.contiguous()
 
 
-def _cuts(m: int, device) -> list[int]:
-    pieces = max(1, min(pool.width() if device.type == "cpu" else 1, m // MIN_PIECE))
-    return [m * k // pieces for k in range(pieces + 1)]
+def _spans(m: int) -> list[tuple[int, int]]:
+    pieces = max(1, min(pool.width(), m // MIN_PIECE))
+    cuts = [m * k // pieces for k in range(pieces + 1)]
+    return list(zip(cuts[:-1], cuts[1:]))
 
 
-def _body(words: torch.Tensor) -> int:
-    """A of the whole run: its pieces summed on the caller's threads, then recombined."""
-    cuts = _cuts(words.numel(), words.device)
-    spans = list(zip(cuts[:-1], cuts[1:]))
+def _recombine(sums, spans) -> int:
+    return sum((s & M32) * pow(R, a, 1 << 32) for s, (a, _) in zip(sums, spans)) & M32
+
+
+def _body_in_place(t: torch.Tensor) -> int:
+    """A of a contiguous CPU tensor's bytes, read where they lie (the C kernel)."""
+    address, nbytes = t.data_ptr(), t.numel() * t.element_size()
+    full = nbytes // 4
+    spans = _spans(full)
+
+    def piece(span):
+        a, b = span
+        return kernel.run_sum(address + 4 * a, b - a)
+    sums = [piece(spans[0])] if len(spans) == 1 else pool.spread(piece, spans)
+    body = _recombine(sums, spans) if full else 0
+    if nbytes % 4:  # the last word, zero-padded
+        w = int.from_bytes(ctypes.string_at(address + 4 * full, nbytes % 4), "little")
+        body = (body + (w ^ (w >> MIX_SHIFT)) * pow(R, full, 1 << 32)) & M32
+    return body
+
+
+def _body_of_words(t: torch.Tensor) -> int:
+    """A through the guard's word layout and kernels (any device)."""
+    words = _bytes_to_words_2d(_as_bytes_2d(t.reshape(1, -1))).reshape(-1)
+    spans = _spans(words.numel()) if words.device.type == "cpu" else [(0, words.numel())]
 
     def piece(span):
         a, b = span
         return int(sums_flat(words[a:b], torch.tensor([0, b - a], dtype=torch.int64))[0])
-    sums = pool.spread(piece, spans) if len(spans) > 1 else [piece(spans[0])]
-    return sum((s & M32) * pow(R, a, 1 << 32) for s, (a, _) in zip(sums, spans)) & M32
+    sums = [piece(spans[0])] if len(spans) == 1 else pool.spread(piece, spans)
+    return _recombine(sums, spans)
 
 
 def fingerprint(name: str, tensor: torch.Tensor) -> int:
     """The digest in [0, 2^32) that reference_digest(tensor, name, name, PARTITION) defines."""
-    t = tensor.detach()
-    words = _words(t)
-    body = _body(words) if words.numel() else 0
+    t = _readable(tensor.detach())
+    if not t.numel():
+        body = 0
+    elif t.device.type == "cpu" and kernel.LIB is not None:
+        body = _body_in_place(t)
+    else:
+        body = _body_of_words(t)
     shape = tuple(t.shape)
     lead = shape[0] if shape else 0
     return (body + salt(field_salt(name, t.dtype, shape), lead, id_salt(PARTITION, name))) & M32

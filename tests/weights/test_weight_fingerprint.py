@@ -19,13 +19,23 @@ def _ref(name, t):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("shape", [(5, 7), (3,), (), (2, 3, 5), (0, 4)])
-def test_equals_the_specification(dtype, shape):
+def test_equals_the_specification(path, dtype, shape):
     t = (torch.randn(shape) * 50).to(dtype)
     assert fp.fingerprint("w", t) == _ref("w", t)
 
 
+@pytest.fixture(params=["kernel in place", "torch kernels"])
+def path(request, monkeypatch):
+    """Both ways a tensor is read: the C kernel where the bytes lie, the guard's words."""
+    if request.param == "torch kernels":
+        monkeypatch.setattr(fp.kernel, "LIB", None)
+    elif fp.kernel.LIB is None:
+        pytest.skip("the C kernel was not built here")
+    return request.param
+
+
 @pytest.mark.parametrize("piece", [1, 3, 7, 64])
-def test_pieces_recombine_to_the_one_row_sum(monkeypatch, piece):
+def test_pieces_recombine_to_the_one_row_sum(monkeypatch, path, piece):
     monkeypatch.setattr(fp, "MIN_PIECE", piece)
     monkeypatch.setattr(fp.pool, "width", lambda: 4)
     t = torch.randn(9, 13).to(torch.bfloat16)  # 58.5 words: a padded last word too
