@@ -337,7 +337,8 @@ def start(role: str | None = None, rank: int | None = None, *, job: str | None =
           tls_client_cafile: str | None = None, reconcile_rows: int | None = None,
           row_age: bool | None = None, trace: bool | None = None,
           trace_ring: int | None = None, trace_every: int | None = None,
-          node: str | None = None, exporters=None) -> "Telemetry | DisabledTelemetry":
+          node: str | None = None, tq_metrics: bool | None = None,
+          exporters=None) -> "Telemetry | DisabledTelemetry":
     """Start dpobs in this process and return its Telemetry.
 
     Every argument left None comes from its DPOBS_<NAME> environment variable, then the
@@ -347,7 +348,9 @@ def start(role: str | None = None, rank: int | None = None, *, job: str | None =
     tls_client_cafile. reconcile_rows: rows put between occupancy reconciliations. row_age:
     rows carry their write time, reads observe their age (rowage.py). trace: spans of ops,
     steps and waits at /trace; trace_ring: spans kept; trace_every: trace one step in this
-    many; node: the spans' node (default the host name); docs/timeline.md. exporters: in
+    many; node: the spans' node (default the host name); docs/timeline.md. tq_metrics: a
+    measured transfer_queue.init() turns TransferQueue's own exporter on where the config
+    leaves it unset, and announces it for file_sd (docs/transferqueue.md). exporters: in
     place of the Prometheus exporter (dpobs_otel.exporters). OTEL_SDK_DISABLED=true or
     DPOBS_DISABLED=1 turns dpobs off: the result instruments nothing and serves nothing."""
     if disabled():
@@ -357,5 +360,6 @@ def start(role: str | None = None, rank: int | None = None, *, job: str | None =
         verify_tensor_hash=verify_tensor_hash, advertise_host=advertise_host,
         tls_certfile=tls_certfile, tls_keyfile=tls_keyfile,
         tls_client_cafile=tls_client_cafile, reconcile_rows=reconcile_rows, row_age=row_age,
-        trace=trace, trace_ring=trace_ring, trace_every=trace_every, node=node)
+        trace=trace, trace_ring=trace_ring, trace_every=trace_every, node=node,
+        tq_metrics=tq_metrics)
     return Telemetry(settings, exporters)
