@@ -34,6 +34,9 @@ class Weights:
         self._tel = tel
         self.meter = WeightMeter(tel.meter, tel._safe)
         self.prove = tel.guard is not None  # fingerprints only with the guard on
+        # a transfer engine the user imported before start(): its requests made before the
+        # first sync are known too (transfers.py)
+        self._install_hooks(torch_distributed=False)
 
     def sync(self, version: int, side: str) -> Sync:
         """A block: one side of the sync of `version`."""
@@ -63,11 +66,17 @@ class Weights:
     def internal_error(self, exc: BaseException) -> None:
         self._tel.internal_error(names.COMPONENT_WEIGHTS, exc)
 
-    def _install_hooks(self) -> None:
-        try:
-            from . import collectives
-            collectives.install()
-        except Exception as exc:  # no torch.distributed here: blocks count note() alone
+    def _install_hooks(self, torch_distributed: bool = True) -> None:
+        if torch_distributed:
+            try:
+                from . import collectives
+                collectives.install()
+            except Exception as exc:  # no torch.distributed here: blocks count note() alone
+                self.internal_error(exc)
+        try:  # Mooncake's TransferEngine, NIXL: only those the user's code imported
+            from . import transfers
+            transfers.install(self.internal_error)
+        except Exception as exc:
             self.internal_error(exc)
 
 

@@ -1,0 +1,60 @@
+"""The two-process run of tests/helpers/weights_transfers.py and the checks the live
+Mooncake TransferEngine and NIXL tests share: the engine under test is the only difference."""
+from __future__ import annotations
+
+import multiprocessing as mp
+from types import SimpleNamespace
+
+from helpers import scrape, value
+from helpers import weights_transfers as wt
+
+from dpobs_otel import names
+
+
+def pushed(make_engine) -> dict:
+    """{rank: (samples, results, mismatched)} of a trainer (0) and a rollout (1)."""
+    ctx = mp.get_context("spawn")
+    boxes, out, release = (ctx.Queue(), ctx.Queue()), ctx.Queue(), ctx.Event()
+    procs = [ctx.Process(target=wt.run, args=(make_engine, r, boxes[r], boxes[1 - r], out,
+                                              release)) for r in (0, 1)]
+    for p in procs:
+        p.start()
+    try:
+        results = {}
+        for _ in procs:
+            rank, url, per_version, mismatched = out.get(timeout=240)
+            endpoint = url.split("//", 1)[1].split("/", 1)[0]
+            results[rank] = (scrape(SimpleNamespace(endpoint=endpoint)), per_version,
+                             mismatched)
+    finally:
+        release.set()
+        for p in procs:
+            p.join(60)
+            if p.is_alive():
+                p.kill()
+    return results
+
+
+def check_counts(results) -> None:
+    """Every sync counted exactly its process's truth; the exported totals are their sums."""
+    for rank, side in ((0, "send"), (1, "receive")):
+        samples, per_version, _ = results[rank]
+        assert set(per_version) == set(wt.MODES)
+        for v, got in per_version.items():
+            assert got["counted"] == (got["bytes"], got["tensors"]), (side, v, wt.MODES[v])
+        assert value(samples, names.WEIGHTS_TRANSFERRED_SERIES, side=side) == \
+            sum(g["bytes"] for g in per_version.values())
+        assert value(samples, names.WEIGHTS_TENSORS_SERIES, side=side) == \
+            sum(g["tensors"] for g in per_version.values())
+
+
+def check_proof(results) -> None:
+    """The rollout holds the trainer's model bit for bit each version; the proof version's
+    every tensor is checked, none mismatched."""
+    samples, per_version, mismatched = results[1]
+    assert all(g["same"] for g in per_version.values())
+    proved = len(wt.layout(3))
+    assert value(samples, names.WEIGHTS_CHECKED_SERIES) == proved
+    assert all(n == 0 for n in mismatched.values()), mismatched
+    for reason in names.WEIGHT_MISMATCH_REASONS:
+        assert value(samples, names.WEIGHTS_MISMATCHED_SERIES, reason=reason) == 0

@@ -1,0 +1,123 @@
+"""A weight push between two real processes through a transfer engine driven directly (Mooncake's
+TransferEngine over TCP, NIXL over UCX, both on loopback), for tests/weights: each process
+holds one registered pool, the weights of a version as views at fixed offsets, and a control
+queue says when a version is in place. Per version the engine's calls run inside one side's
+`tel.weights.sync` block, the other side only note()s:
+
+    write  the trainer writes every tensor, one call each (no note: the hook alone counts)
+    read   the rollout reads every tensor in one batched call (no note: the hook alone counts)
+    proof  both note every tensor (the fingerprints); the trainer writes them in one batch,
+           then its manifest after its block; the rollout notes the manifest and checks
+
+Each process reports per version what its sync counted beside its own truth (numel x element
+size of its views, their count), and the rollout whether every tensor it holds equals the
+trainer's model bit for bit (weights.model, rebuilt here)."""
+from __future__ import annotations
+
+import torch
+
+from dpobs_otel.weights import MANIFEST_NAME
+
+from . import weights
+
+MODES = {1: "write", 2: "read", 3: "proof"}
+ALIGN = 64
+MANIFEST_AT, POOL = 1 << 16, 1 << 17  # the manifest's room, then the pool's end
+
+
+def layout(version: int) -> dict[str, tuple[int, torch.Tensor]]:
+    """name -> (offset in the pool, the tensor) of a version's model."""
+    out, at = {}, 0
+    for name, t in weights.model(version).items():
+        out[name] = (at, t)
+        at += -(-t.numel() * t.element_size() // ALIGN) * ALIGN
+    assert at <= MANIFEST_AT
+    return out
+
+
+def views(pool: torch.Tensor, version: int) -> dict[str, torch.Tensor]:
+    """The pool's bytes read as each tensor of the version's layout."""
+    out = {}
+    for name, (at, t) in layout(version).items():
+        n = t.numel() * t.element_size()
+        out[name] = pool[at:at + n].view(t.dtype).view(t.shape)
+    return out
+
+
+def pairs(mine: torch.Tensor, theirs: int, version: int) -> list[tuple[int, int, int]]:
+    """(local address, remote address, length) of every tensor of the version."""
+    base = mine.data_ptr()
+    return [(base + at, theirs + at, t.numel() * t.element_size())
+            for at, t in layout(version).values()]
+
+
+def _truth(tensors) -> dict:
+    return {"bytes": weights.payload_bytes(tensors), "tensors": len(tensors)}
+
+
+def _send(tel, engine, pool, peer, v, mode, to_peer, from_peer) -> dict:
+    for name, t in views(pool, v).items():
+        t.copy_(layout(v)[name][1])
+    todo = pairs(pool, peer, v)
+    with tel.weights.sync(version=v, side="send") as s:
+        if mode != "write":
+            for name, t in views(pool, v).items():
+                s.note(name, t)
+        if mode == "write":
+            for p in todo:
+                engine.write([p])
+        elif mode == "proof":
+            engine.write(todo)
+        if mode == "read":  # the rollout reads while this block is open
+            to_peer.put((v, 0))
+            from_peer.get(timeout=120)
+    if mode != "read":
+        size = _manifest(engine, pool, peer, s.manifest()) if mode == "proof" else 0
+        to_peer.put((v, size))
+        from_peer.get(timeout=120)
+    return {"counted": (s.bytes, s.tensors), **_truth(list(views(pool, v).values()))}
+
+
+def _manifest(engine, pool, peer, item) -> int:
+    """The fingerprints, written to the rollout's manifest room as one more transfer."""
+    data = item[1]
+    pool[MANIFEST_AT:MANIFEST_AT + data.numel()].copy_(data)
+    engine.write([(pool.data_ptr() + MANIFEST_AT, peer + MANIFEST_AT, data.numel())])
+    return data.numel()
+
+
+def _receive(tel, engine, pool, peer, v, mode, to_peer, from_peer) -> dict:
+    _, size = from_peer.get(timeout=120)
+    got = views(pool, v)
+    with tel.weights.sync(version=v, side="receive") as s:
+        if mode == "read":
+            engine.read(pairs(pool, peer, v))
+        else:
+            for name, t in got.items():
+                s.note(name, t)
+        if size:
+            s.note(MANIFEST_NAME, pool[MANIFEST_AT:MANIFEST_AT + size])
+    to_peer.put(v)
+    want = weights.model(v)
+    same = all(torch.equal(got[n].view(torch.uint8), want[n].view(torch.uint8)) for n in want)
+    return {"counted": (s.bytes, s.tensors), "same": same, **_truth(list(got.values()))}
+
+
+def run(make_engine, rank: int, inbox, outbox, out, release) -> None:
+    """Rank 0 the trainer, rank 1 the rollout; `make_engine(size)` returns this process's
+    engine with its pool registered, made before dpobs starts as a user's would be."""
+    import dpobs_otel as dpobs
+    engine = make_engine(POOL)
+    tel = dpobs.start(role="trainer" if rank == 0 else "rollout", rank=rank, port=0,
+                      host="127.0.0.1", verify_tensor_hash=True)
+    outbox.put(engine.info())
+    engine.connect(inbox.get(timeout=120))
+    side = _send if rank == 0 else _receive
+    try:
+        results = {v: side(tel, engine, engine.pool, engine.peer, v, mode, outbox, inbox)
+                   for v, mode in MODES.items()}
+        out.put((rank, tel.url, results, dict(tel.weights.meter.stats.mismatched)))
+        release.wait(120)  # the parent scrapes both before either stops
+    finally:
+        tel.shutdown()
+        engine.close()
