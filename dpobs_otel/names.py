@@ -140,8 +140,26 @@ JOB_SIDE_WEIGHTS_SYNC_MEAN = "job_side:dpobs_weights_sync_duration_seconds:mean_
 JOB_SIDE_WEIGHTS_BANDWIDTH = "job_side:dpobs_weights_sync_bandwidth_bytes:ratio_rate5m"
 JOB_WEIGHTS_SYNC_MAX_MEAN = "job:dpobs_weights_sync_duration_seconds:max_mean_rate5m"
 JOB_WEIGHT_SYNC_FRAC_OF_STEP = "job:dpobs_weight_sync_frac_of_step:ratio_rate5m"
+# The store's own account beside dpobs's (TransferQueue's exporter, whose series
+# adapters/transferqueue/exporter.py spells; the request mapping is requests.py's).
+JOB_OP_STORE_SERVER_SECONDS = "job_op:dpobs_store_server_seconds:rate5m"
+JOB_OP_STORE_SERVER_SHARE = "job_op:dpobs_store_server_share:ratio_rate5m"
+JOB_OP_STORE_COVERAGE = "job_op:dpobs_store_coverage:ratio_rate5m"
+# Not pinned: their inputs, and the job's coverage over every op it covers.
+UNIT_STORE_SECONDS = "storage_unit_op_type:dpobs_store_request_seconds:avg_times_ops"
+JOB_OP_TYPE_STORE_SECONDS = "job_op_type:dpobs_store_request_seconds:rate5m"
+JOB_OP_TYPE_STORE_REQUESTS = "job_op_type:dpobs_store_requests:rate5m"
+JOB_OP_TYPE_STORE_MEAN = "job_op_type:dpobs_store_request_seconds:mean_rate5m"
+JOB_OP_STORE_MADE = "job_op:dpobs_store_requests_made:rate5m"
+JOB_OP_STORE_SERVED = "job_op:dpobs_store_requests_served:rate5m"
+JOB_STORE_COVERAGE = "job:dpobs_store_coverage:ratio_rate5m"
 # Not pinned: when each node's agent last delivered (DpobsAgentDown reads it).
 NODE_AGENT_LAST_SAMPLE = "node:dpobs_agent_last_sample_timestamp_seconds:max"
+# The records DESIGN.md does not pin: inputs of pinned ones, and readers' conveniences.
+UNPINNED_RECORDS = frozenset({
+    JOB_OP_LE_BUCKETS, NODE_AGENT_LAST_SAMPLE, UNIT_STORE_SECONDS, JOB_OP_TYPE_STORE_SECONDS,
+    JOB_OP_TYPE_STORE_REQUESTS, JOB_OP_TYPE_STORE_MEAN, JOB_OP_STORE_MADE, JOB_OP_STORE_SERVED,
+    JOB_STORE_COVERAGE})
 
 
 # -- Alerts (CamelCase, Dpobs prefix; runbook anchors are the lowercased names) ----------
@@ -161,6 +179,7 @@ ALERT_INSTRUMENTATION_ERRORS = "DpobsInstrumentationErrors"
 ALERT_WEIGHTS_MISMATCH = "DpobsWeightsMismatch"
 ALERT_WEIGHTS_STALE = "DpobsWeightsStale"
 ALERT_WEIGHT_SYNC_SLOW = "DpobsWeightSyncSlow"
+ALERT_UNMEASURED_CLIENTS = "DpobsUnmeasuredClients"
 
 
 # -- Buckets, ops, stages -----------------------------------------------------------------

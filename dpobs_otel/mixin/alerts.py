@@ -230,7 +230,25 @@ def _instrumentation(c: Config) -> list[Rule]:
                "The instrumentation swallowed errors; some metrics are missing or wrong.",
                "Component {{ $labels.component }} in " + PROC + " swallowed"
                " {{ $value | humanize }} error(s) in the last 10m."),
+        _unmeasured(c),
     ]
+
+
+def _unmeasured(c: Config) -> Rule:
+    def rate(record: str) -> str:
+        return _first(_query(record + "{job=%q,op=%q}", "$labels.job", "$labels.op"),
+                      'printf "%.3g"', "/s")
+    return _alert(
+        c, n.ALERT_UNMEASURED_CLIENTS, "warning",
+        f"{n.JOB_OP_STORE_COVERAGE} < {c.unmeasured_coverage:g}", c.unmeasured_for,
+        "The store serves more requests than the measured clients made: some process moves"
+        " data without dpobs.",
+        "In job {{ $labels.job }} the measured clients made {{ $value | humanizePercentage }}"
+        " of the {{ $labels.op }} calls the store served (made " + rate(n.JOB_OP_STORE_MADE)
+        + ", served " + rate(n.JOB_OP_STORE_SERVED) + "). The rest come from processes dpobs"
+        " does not measure; their time, bytes and errors are in no dpobs series.",
+        "Per job and op (get pools get and get_data): the op points at the unmeasured role.",
+        threshold=f"<{c.unmeasured_coverage:g}")
 
 
 def _first(query: str, pipe: str, unit: str = "") -> str:

@@ -74,6 +74,10 @@ class Config:
     # their steps (the trainer's refit) above this, for this long.
     weight_sync_slow_frac: float = 0.25
     weight_sync_slow_for: str = "15m"
+    # DpobsUnmeasuredClients: the share of a store op's calls (as the store counts them) that
+    # the measured clients made, below this for this long (1 = every client measured).
+    unmeasured_coverage: float = 0.95
+    unmeasured_for: str = "15m"
     # Who waits for whom (the overview's queue row, `dpobs top`, the demo's report; verdict
     # in readback/verdict.py): the roles that put rows and the roles that read them (regular
     # expressions over the role label), consumers waiting for rows (exposed time with no op

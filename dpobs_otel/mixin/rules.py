@@ -13,6 +13,7 @@ from __future__ import annotations
 from .. import names as n
 from .config import Config
 from .render import Group, Rule, rule_file
+from .store_rules import store_rules
 
 OP = n.OP_DURATION_SERIES
 NATIVE = n.OP_DURATION_NATIVE_SERIES
@@ -242,7 +243,8 @@ def _agent_rules(c: Config) -> list[Rule]:
 
 def recording_groups(c: Config) -> list[Group]:
     rules = (_time_rules(c) + _frac_rules(c) + _latency_rules(c) + _volume_rules(c)
-             + _guard_rules(c) + _row_age_rules(c) + _weight_rules(c) + _agent_rules(c))
+             + _guard_rules(c) + _row_age_rules(c) + _weight_rules(c) + store_rules(c)
+             + _agent_rules(c))
     groups = [Group("dpobs-recording", rules)]
     if c.native_quantile_interval:
         # Another group runs beside the first; its `and` reads the last recorded op rate.

@@ -35,8 +35,8 @@ from .exporter import (CLEAR_DATA, CLEAR_META, CLEAR_PARTITION, FIRST_RELEASE, G
                        KV_LIST, KV_RETRIEVE_META, MARK_CLEARING, NOTIFY_DATA_UPDATE, PUT_DATA,
                        SET_CUSTOM_META)
 
-__all__ = ["Requests", "CALLS", "TABLE", "requests", "per_op", "expected", "installed_release",
-           "markdown"]
+__all__ = ["Requests", "CALLS", "TABLE", "COVERAGE", "requests", "per_op", "billed", "expected",
+           "installed_release", "markdown"]
 
 RECONCILE = "reconcile"  # the rows of dpobs's own listings (occupancy.py), counted in no op
 
@@ -124,6 +124,20 @@ TABLE: dict[str, tuple[tuple[tuple[int, int, int], Requests], ...]] = {
 }
 
 
+# The recording rules' view (mixin/store_rules.py). dpobs's op label does not say which API
+# made an op, so coverage counts each op by one request every form of it makes exactly once,
+# in either API, and no other op's plain form makes: covered op -> (the dpobs ops it pools,
+# where the store counts it, those request types). Reads pool get (kv) and get_data (client):
+# their only such request is the storage unit's GET_DATA. claim_meta and list are left out: a
+# client put without metadata asks GET_META too, and dpobs's own listings (short reads,
+# reconciliation) make KV_LIST; neither moves data. (test_tq_requests.py holds this to TABLE.)
+COVERAGE: dict[str, tuple[tuple[str, ...], str, tuple[str, ...]]] = {
+    "put": (("put",), "controller", (NOTIFY_DATA_UPDATE,)),
+    "get": (("get", "get_data"), "storage", (GET_DATA,)),
+    "clear": (("clear",), "controller", (CLEAR_META, CLEAR_PARTITION)),
+}
+
+
 def installed_release() -> tuple[int, ...]:
     """The installed TransferQueue's release numbers, e.g. (0, 1, 11)."""
     from importlib.metadata import version
@@ -150,6 +164,21 @@ def per_op(api: str, release: tuple[int, ...] | None = None) -> dict[str, Reques
     prefix = api + "."
     return {call[len(prefix):]: requests(call, release) for call in TABLE
             if call.startswith(prefix) and ":" not in call and not call.endswith(RECONCILE)}
+
+
+def billed() -> dict[str, Requests]:
+    """op -> the requests the rules bill one op for (newest release): the union of both APIs'
+    plain forms, a kv put's and clear's lookup (KV_RETRIEVE_META) included. A request type the
+    store never served has no mean and bills nothing, so a client-API job is not billed the kv
+    lookup; a job mixing both APIs bills its client puts and clears one lookup too many."""
+    newest = max(since for entries in TABLE.values() for since, _ in entries)
+    out: dict[str, Requests] = {}
+    for api in ("kv", "client"):
+        for op, made in per_op(api, newest).items():
+            have = out.get(op, Requests())
+            out[op] = Requests({**made.controller, **have.controller},
+                               {**made.storage, **have.storage})
+    return {op: r for op, r in out.items() if r.controller or r.storage}
 
 
 def expected(calls: Mapping[str, int], release: tuple[int, ...] | None = None,
