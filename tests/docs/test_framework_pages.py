@@ -101,8 +101,11 @@ def weights():
     shapes = {"embed.weight": (64, 32), "layers.0.attn.qkv.weight": (96, 32),
               "layers.0.attn.qkv.bias": (96,), "layers.0.mlp.up.weight": (128, 32),
               "layers.0.norm.weight": (32,), "lm_head.weight": (64, 32)}
-    for name, shape in shapes.items():
-        yield name, torch.randn(shape, generator=g).to(torch.bfloat16)
+    # held until the generator ends, as named_parameters() holds a model's: dpobs counts a
+    # tensor once per sync by its address, and a freed tensor's address can come back
+    made = [(name, torch.randn(shape, generator=g).to(torch.bfloat16))
+            for name, shape in shapes.items()]
+    yield from made
 wire = []
 def send(name, tensor):
     wire.append((name, tensor.clone()))
