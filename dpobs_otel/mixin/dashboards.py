@@ -15,6 +15,7 @@ from grafana_foundation_sdk.models.dashboard import DashboardCursorSync
 from .. import names as n
 from .config import DEFAULT, Config
 from .queue_panels import queue_panels
+from .store_panels import store_panels
 from .weight_panels import weight_panels
 from .panels import (SECONDS_PER_SECOND, Query, checked_stat, counted, dashboard_link,
                      datasource_variable, heatmap_panel, label_variable, row, stat_panel,
@@ -292,7 +293,8 @@ def overview(c: Config = DEFAULT) -> dashboard.Dashboard:
                 ("Codec and instrumentation cost", _cost_panels(c)),
                 ("Wire guard", _guard_panels(c)),
                 ("Weight sync", weight_panels(c, _job(c), _matchers(c, "job", "node"))),
-                ("Who waits for whom: the queue", queue_panels(c, _job(c), _matchers(c, "job", "node")))]
+                ("Who waits for whom: the queue", queue_panels(c, _job(c), _matchers(c, "job", "node"))),
+                ("The store's own account", store_panels(c, _job(c)))]
     return _layout(d, sections)
 
 

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -10,6 +12,7 @@ import yaml
 from helpers.promql import metric_names
 
 from dpobs_otel import cli, names
+from dpobs_otel.adapters.transferqueue import exporter as tq
 from dpobs_otel.testing.stack import Stack
 from dpobs_otel.mixin import dashboards
 
@@ -33,6 +36,8 @@ PINNED = {f"{h}_{s}" for h in _HISTOGRAMS for s in ("bucket", "sum", "count")} |
     names.WEIGHTS_VERSION_SERIES, names.WEIGHTS_CHECKED_SERIES,
     names.WEIGHTS_MISMATCHED_SERIES,
 }
+# TransferQueue's own series the overview reads raw (its exporter's spelling, exporter.py).
+STORE_SERIES = {tq.STORAGE_ACTIVE_KEYS}
 
 
 def test_tokenizer_tells_metrics_from_functions_and_labels():
@@ -168,7 +173,7 @@ def test_every_panel_is_complete(uid):
 
 
 def test_every_metric_is_pinned_or_recorded():
-    known = PINNED | recording_rules()
+    known = PINNED | STORE_SERIES | recording_rules()
     for uid, title, t in all_targets():
         unknown = metric_names(substitute(t["expr"], ".*")) - known
         assert not unknown, f"{uid} / {title}: {sorted(unknown)} neither pinned nor recorded"
@@ -220,3 +225,108 @@ def test_every_variable_selector_runs_in_prometheus(prometheus):
             match = substitute(m.group(1), ".*")
             body = api(prometheus, "/api/v1/series", {"match[]": match})
             assert body["status"] == "success", f"{uid} / ${v['name']}: {body.get('error')}"
+
+
+# --- the store's own account (issue 33) ---
+
+STORE_ROW = "The store's own account"
+RUNBOOK = ROOT / "docs" / "runbook.md"
+
+
+def row_panels(dash: dict, title: str) -> list[dict]:
+    """The panels under the row `title` (collapsed or not)."""
+    out, inside = [], False
+    for p in dash["panels"]:
+        if p["type"] == "row":
+            inside = p["title"] == title
+            out.extend(p.get("panels", []) if inside else [])
+        elif inside:
+            out.append(p)
+    return out
+
+
+def test_store_row_has_the_panels_the_runbook_names():
+    """DpobsUnmeasuredClients's runbook section sends the reader to this row and these
+    panels: their titles must be the ones it prints."""
+    got = {p["title"]: p for p in row_panels(load("dpobs-overview"), STORE_ROW)}
+    split = got.pop("Client versus server time per op: $job")
+    assert set(got) == {"Server share per op", "Coverage per op",
+                        "Calls made and served per op",
+                        "Keys: the store's active beside dpobs's outstanding"}
+    section = RUNBOOK.read_text().split("## DpobsUnmeasuredClients", 1)[1].split("\n## ")[0]
+    section = " ".join(section.split())  # a title may wrap across lines
+    for title in (STORE_ROW, "Coverage per op", "Calls made and served per op"):
+        assert f"*{title}*" in section, title
+    custom = split["fieldConfig"]["defaults"]
+    assert custom["custom"]["stacking"]["mode"] == "normal" and custom["max"] == 1
+    assert split["repeat"] == "job"
+
+
+def test_store_row_reads_only_the_stores_account():
+    """Every query of the row needs the store's records or its own series, so the row stays
+    empty for a job whose store has no exporter scraped; and the keys panel sets the store's
+    keys beside dpobs's own."""
+    store = {r for r in recording_rules() if ":dpobs_store_" in r} | STORE_SERIES
+    panels_ = row_panels(load("dpobs-overview"), STORE_ROW)
+    for p in panels_:
+        for t in p["targets"]:
+            assert metric_names(substitute(t["expr"], ".*")) & store, (p["title"], t["expr"])
+    (keys,) = [p for p in panels_ if p["title"].startswith("Keys")]
+    assert [metric_names(t["expr"]) for t in keys["targets"]] == [
+        {tq.STORAGE_ACTIVE_KEYS}, {names.OUTSTANDING_KEYS_SERIES, tq.STORAGE_ACTIVE_KEYS}]
+
+
+def _promtool_eval(tmp_path: Path, inputs: dict[str, str], exprs: dict[str, list]) -> str:
+    """Run promtool's unit test: `inputs` (series -> values) at 1m, each expr of `exprs`
+    evaluated at 1m against its expected samples; promtool's output on failure."""
+    tests = [{"interval": "1m",
+              "input_series": [{"series": k, "values": v} for k, v in inputs.items()],
+              "promql_expr_test": [{"expr": e, "eval_time": "1m", "exp_samples": want}
+                                   for e, want in exprs.items()]}]
+    (tmp_path / "t.yml").write_text(yaml.safe_dump({"rule_files": [], "tests": tests}))
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.fail("promtool is not on PATH (CI installs it)")
+    r = subprocess.run([promtool, "test", "rules", str(tmp_path / "t.yml")],
+                       capture_output=True, text=True, timeout=60)
+    return "" if r.returncode == 0 else r.stdout + r.stderr
+
+
+def test_client_versus_server_split_keeps_each_op_in_its_band(tmp_path):
+    """Job j: get takes half the data-plane time and its server share is 1.5 (parallel
+    units: clamped to the whole band), put a quarter at server share 0.25, claim_meta a
+    quarter with no server account. Job k has no store scraped: no series at all. Values are
+    binary fractions, so promtool compares them exactly."""
+    (split,) = [p for p in row_panels(load("dpobs-overview"), STORE_ROW) if p.get("repeat")]
+    server, client, unbilled = (substitute(t["expr"], ".*") for t in split["targets"])
+    share, ss = names.JOB_OP_SHARE, names.JOB_OP_STORE_SERVER_SHARE
+    inputs = {f'{share}{{job="j",op="get"}}': "0.5x2", f'{share}{{job="j",op="put"}}': "0.25x2",
+              f'{share}{{job="j",op="claim_meta"}}': "0.25x2",
+              f'{share}{{job="k",op="get"}}': "1x2",
+              f'{ss}{{job="j",op="get"}}': "1.5x2", f'{ss}{{job="j",op="put"}}': "0.25x2",
+              f'{names.JOB_OP_STORE_SERVED}{{job="j",op="put"}}': "3x2"}
+
+    def samples(**values):
+        return [{"labels": f'{{job="j",op="{op}"}}', "value": v} for op, v in values.items()]
+    assert _promtool_eval(tmp_path, inputs, {
+        server: samples(get=0.5, put=0.0625), client: samples(get=0, put=0.1875),
+        unbilled: [{"labels": f'{share}{{job="j",op="claim_meta"}}', "value": 0.25}]}) == ""
+    # the check can fail: a wrong expectation is reported
+    assert "claim_meta" in _promtool_eval(tmp_path, inputs, {unbilled: []})
+
+
+def test_keys_sets_dpobs_beside_the_store_only_where_the_store_is_scraped(tmp_path):
+    """Job j: two storage units hold 3 and 4 rows, two processes count 5 and 1 outstanding.
+    Job k has no store scraped: its outstanding keys are the queue row's, not this panel's."""
+    (keys,) = [p for p in row_panels(load("dpobs-overview"), STORE_ROW)
+               if p["title"].startswith("Keys")]
+    store, mine = (substitute(t["expr"], ".*") for t in keys["targets"])
+    active, outstanding = tq.STORAGE_ACTIVE_KEYS, names.OUTSTANDING_KEYS_SERIES
+    inputs = {f'{active}{{job="j",storage_unit_id="0"}}': "3x2",
+              f'{active}{{job="j",storage_unit_id="1"}}': "4x2",
+              f'{outstanding}{{job="j",instance="a"}}': "5x2",
+              f'{outstanding}{{job="j",instance="b"}}': "1x2",
+              f'{outstanding}{{job="k",instance="c"}}': "2x2"}
+    assert _promtool_eval(tmp_path, inputs, {
+        store: [{"labels": '{job="j"}', "value": 7}],
+        mine: [{"labels": '{job="j"}', "value": 6}]}) == ""
