@@ -1,4 +1,4 @@
-"""`dpobs demo --weight-sync gloo`: after its optimizer step, trainer 0 pushes the model's
+"""`dpobs demo --weight-sync gloo|mooncake`: after its optimizer step, trainer 0 pushes the model's
 weights to the rollout (a refit), every step, each side measured by tel.weights and, with the
 guard on, every tensor checked against the sender's fingerprints. The version is the trainer's
 step (0: the warm-up's).
@@ -27,12 +27,13 @@ from time import perf_counter
 import torch
 
 from .gloo import Gloo, SENDER
+from .mooncake_te import MooncakeTE
 
 HIDDEN, KV, FFN, VOCAB, LAYERS = 768, 256, 2048, 4096, 4  # KV: 4 of 12 heads of 64
 LR = 2.0 ** -7
 CORRUPTED = "model.layers.1.mlp.down_proj.weight"  # the tensor --corrupt-weights-at flips
 SIGN = -(1 << 15)  # the sign bit of a bf16 word read as int16
-TRANSPORTS = {"gloo": Gloo}
+TRANSPORTS = {"gloo": Gloo, "mooncake": MooncakeTE}
 
 
 def shapes() -> dict[str, tuple[int, ...]]:

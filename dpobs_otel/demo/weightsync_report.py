@@ -25,8 +25,9 @@ def add_weight_arguments(p) -> None:
     p.add_argument("--weight-sync", choices=sorted(TRANSPORTS), default=None,
                    help="after each optimizer step trainer 0 pushes a small model's weights "
                         "(39 bf16 tensors, 63 MB) to the rollout over this transport: gloo "
-                        "(torch.distributed between the demo's processes; mooncake comes with "
-                        "a later issue), measured on both sides (tel.weights) and, with "
+                        "(torch.distributed between the demo's processes) or mooncake "
+                        "(Mooncake's TransferEngine over TCP), measured on both sides "
+                        "(tel.weights) and, with "
                         "--verify-tensor-hash, checked tensor by tensor")
     p.add_argument("--corrupt-weights-at", type=int, default=None, metavar="N",
                    help="at measured step N one weight element is flipped on the rollout's "

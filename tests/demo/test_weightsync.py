@@ -1,11 +1,13 @@
-"""`dpobs demo --weight-sync gloo`: the model and its faults in one process; then the real
-processes over gloo: every sync's bytes and tensors exactly as the workload counted them, every
-tensor checked and none mismatched on clean syncs, the refit in the Perfetto trace and the PNG;
+"""`dpobs demo --weight-sync gloo|mooncake`: the model and its faults in one process; then the
+real processes over each transport: every sync's bytes and tensors exactly as the workload
+counted them, every tensor checked and none mismatched on clean syncs, the refit in the
+Perfetto trace and the PNG;
 and a flipped weight and a rollout that stopped loading delivered to Alertmanager as
 DpobsWeightsMismatch and DpobsWeightsStale through the demo's own Prometheus."""
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import io
 import json
 
@@ -66,13 +68,16 @@ def test_the_weight_flags_are_checked(argv, error):
         demo.config(p.parse_args(argv))
 
 
-# -- the real processes over gloo ----------------------------------------------------------
-@pytest.fixture(scope="module")
-def clean(tmp_path_factory):
-    """A clean traced run, its Result, report and trace files, read while the processes
-    are up."""
+# -- the real processes over each transport (gloo, Mooncake's TransferEngine) --------------
+@pytest.fixture(scope="module", params=sorted(ws.TRANSPORTS))
+def clean(request, tmp_path_factory):
+    """A clean traced run over each transport, its Result, report and trace files, read
+    while the processes are up."""
+    if request.param == "mooncake" and importlib.util.find_spec("mooncake") is None:
+        pytest.skip("the mooncake wheel is not installed (pip install "
+                    "mooncake-transfer-engine-non-cuda)")
     folder = tmp_path_factory.mktemp("weights")
-    cfg = Config(**{**CFG.__dict__, "trace": True})
+    cfg = Config(**{**CFG.__dict__, "trace": True, "weight_sync": request.param})
     with demo.session(cfg) as res:
         command.demo_outputs(cfg, res.info, str(folder), io.StringIO())
         yield res, demo.report(res, None, cfg), folder
