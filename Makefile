@@ -23,9 +23,10 @@ $(STAMP): pyproject.toml setup.py dpobs_otel/guard/_rowsums.c $(SUITE_PINS)
 	$(BIN)/pip install -q --upgrade pip
 	# torch first and pinned: an unpinned resolve pulls a multi-GB CUDA build.
 	$(BIN)/pip install -q -c $(SUITE_PINS) torch
-	# Mooncake has no extra (pyproject.toml): the suite installs its non-CUDA build itself.
+	# Mooncake has no extra (pyproject.toml): the suite installs its non-CUDA build itself, and
+	# NIXL's wheel (tests/weights/test_live_nixl.py: its UCX runs over TCP on lo, no GPU).
 	$(BIN)/pip install -q -c $(SUITE_PINS) -e '.[test,dashboards,transferqueue,instrument,top,otlp,timeline]' \
-	  mooncake-transfer-engine-non-cuda
+	  mooncake-transfer-engine-non-cuda nixl-cu12
 	# verl 0.9 (tests/adapters/verl): its metadata wants tensordict<=0.10 (the suite runs 0.15)
 	# and a GPU stack, none of which verl.checkpoint_engine imports on the CPU. So verl goes in
 	# without its dependencies, beside only the small ones that import needs, each pinned.
