@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from time import perf_counter
 
 from .. import names
@@ -27,6 +28,48 @@ def current() -> "Sync | None":
     return getattr(_CURRENT, "sync", None)
 
 
+class Seen:
+    """The memory a sync counted, by (address, bytes), so that one tensor noted and moved by
+    a collective (note then broadcast on a sender, receive then note on a receiver) counts
+    once: a note and a collective pair up, one with one. A second collective on the same
+    memory (a receive buffer reused for the next tensor) or a second note counts again. Each
+    key keeps a weak reference to the tensor that held it: a stream that drops each tensor
+    once sent lets the next one of the same size reuse its memory, and that one is new."""
+
+    def __init__(self):
+        self._held: dict[tuple[int, int], tuple[object, str | None]] = {}
+
+    def first(self, key, tensor, kind: str) -> bool:
+        """True when this (kind: "note" or "moved") counts; False when it pairs with the
+        other kind's last count of the same live tensor's memory."""
+        ref, last = self._held.get(key, (None, None))
+        if last not in (None, kind) and ref is not None and ref() is not None:
+            self._held[key] = (ref, None)  # paired: the next of either kind counts
+            return False
+        self._held[key] = (_weak(tensor), kind)
+        return True
+
+    # A transfer's raw regions (transfers.py): moved memory that stays counted for the sync
+    # (a later note of the same tensor pairs with it).
+    def __contains__(self, key) -> bool:
+        ref, _ = self._held.get(key, (None, None))
+        return ref is not None and ref() is not None
+
+    def add(self, key) -> None:
+        self._held[key] = (_ALIVE, "moved")
+
+
+def _ALIVE():
+    return True
+
+
+def _weak(tensor):
+    try:
+        return weakref.ref(tensor)
+    except TypeError:  # not weakly referenceable: taken as alive for the sync
+        return _ALIVE
+
+
 def _is_manifest(name) -> bool:
     return isinstance(name, str) and name == manifest.MANIFEST_NAME
 
@@ -40,7 +83,7 @@ class Sync:
         self.bytes = self.tensors = 0
         self.digests: dict[str, int] = {}  # name -> fingerprint of what passed here
         self.expected: dict[str, int] | None = None  # receiver: the sender's manifest
-        self._seen: set[tuple[int, int]] = set()  # (data_ptr, nbytes): a tensor counts once
+        self._seen = Seen()  # a tensor counts once
         self._t0 = None
         self._outer = None
         self.check = None  # the receiver's manifest.Check, once ended
@@ -82,7 +125,7 @@ class Sync:
             if self.side == "receive" and _is_manifest(name):
                 self._take_manifest(tensor)
                 return
-            self._count(tensor)
+            self._count(tensor, "note")
             if self.prove:
                 self.digests[name] = fingerprint(name, tensor)
         except Exception as exc:
@@ -100,20 +143,18 @@ class Sync:
         return is_manifest
 
     def counted(self, tensor) -> None:
-        """A tensor a torch.distributed call moved on this thread: bytes and a tensor, once
-        per tensor however many calls and notes name it (no fingerprint: it has no name)."""
+        """A tensor a torch.distributed call moved on this thread: bytes and a tensor, unless
+        it pairs with a note of the same tensor (Seen; no fingerprint: it has no name)."""
         try:
             self.begin()
-            self._count(tensor)
+            self._count(tensor, "moved")
         except Exception as exc:
             self.owner.internal_error(exc)
 
-    def _count(self, tensor) -> None:
+    def _count(self, tensor, kind: str) -> None:
         nbytes = tensor.numel() * tensor.element_size()  # t.contiguous().nbytes, no copy
-        key = (tensor.data_ptr(), nbytes)
-        if key in self._seen:
+        if not self._seen.first((tensor.data_ptr(), nbytes), tensor, kind):
             return
-        self._seen.add(key)
         self.bytes += nbytes
         self.tensors += 1
 

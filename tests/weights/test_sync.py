@@ -234,3 +234,39 @@ def test_off_the_same_surface_does_nothing(monkeypatch):
     with tel.weights.sync(version=1, side="send") as sync:
         sync.note("a", torch.ones(1))
         assert sync.manifest() is None
+
+
+def _fresh(n: int, ptrs: list):
+    """n same-sized tensors, each dropped once the consumer moves on: the allocator may hand
+    the next one the memory of the last (ptrs records where each lived)."""
+    for i in range(n):
+        t = torch.full((64, 32), float(i), dtype=torch.bfloat16)
+        ptrs.append(t.data_ptr())
+        yield f"w{i}", t
+        del t
+
+
+def test_a_stream_that_drops_each_tensor_counts_every_one(proving):
+    s = proving("trainer")
+    ptrs: list = []
+    for _ in s.weights.sent(_fresh(6, ptrs), version=1):
+        pass
+    st = s.weights.meter.stats
+    assert (st.tensors["send"], st.bytes["send"]) == (6, 6 * 64 * 32 * 2)
+
+
+def test_memory_reused_by_a_new_tensor_counts_again_in_a_block(proving):
+    """Deterministic reuse: one buffer's memory under a new tensor object each time (what a
+    freed-and-reallocated tensor looks like), and one receive buffer a collective refills."""
+    s = proving("rollout")
+    buf = torch.zeros(16)
+    with s.weights.sync(version=2, side="receive") as sync:
+        for i in range(3):
+            view = buf.view(16)  # a new tensor at the same address; the last one is gone
+            sync.counted(view)  # the collective's receive into it
+            sync.note(f"w{i}", view)  # the same tensor noted: pairs, counts nothing more
+            del view
+        for i in range(2):
+            sync.counted(buf)  # the same live buffer refilled by two receives: two tensors
+    st = s.weights.meter.stats
+    assert (st.tensors["receive"], st.bytes["receive"]) == (5, 5 * 64)
