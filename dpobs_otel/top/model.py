@@ -10,6 +10,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from ..mixin.config import DEFAULT
+from .store import StoreLine
 from .weights import WeightLine
 
 
@@ -90,6 +91,7 @@ class Answers:
     alerts: list[Alert] | None = None  # None: this source cannot know (no Prometheus)
     stragglers: list[Straggler] = field(default_factory=list)  # slowest ratio first
     weights: list[WeightLine] = field(default_factory=list)  # per job, senders first
+    store: list[StoreLine] = field(default_factory=list)  # the store's account, by job and op
     error: str = ""  # the source itself failed (e.g. Prometheus unreachable)
 
 

@@ -1,8 +1,8 @@
 """One frame of `dpobs top`, drawn with rich: a header, the firing alerts, the jobs'
-answers, each job's ops, the weight syncs (where any process synced weights), the processes
-worst first. Fractions in %, latencies in ms, bytes in decimal units, all to three
-significant digits (a fixed number of decimals would show a slow job's rates as 0.00); a
-missing answer is '-'."""
+answers, each job's ops, the weight syncs (where any process synced weights), the store's own
+account (where a job's store exporter is scraped), the processes worst first. Fractions in %,
+latencies in ms, bytes in decimal units, all to three significant digits (a fixed number of
+decimals would show a slow job's rates as 0.00); a missing answer is '-'."""
 from __future__ import annotations
 
 import math
@@ -159,6 +159,26 @@ def weights_table(a: Answers) -> Table | None:
     return t
 
 
+# What the store's columns mean, said once under its table.
+STORE_CAPTION = ("server share: the store's seconds / the clients' seconds · coverage: calls "
+                 "measured clients made / calls the store served (get pools get_data)")
+
+
+def store_table(a: Answers) -> Table | None:
+    """The store's own account, one line per job and op; None where no job's store exporter
+    is scraped. Coverage under DpobsUnmeasuredClients's threshold is in yellow."""
+    if not a.store:
+        return None
+    t = _table("The store's own account, per op", "job", "op", "server share", "client side",
+               "made/s", "served/s", "coverage")
+    t.caption, t.caption_justify = STORE_CAPTION, "left"
+    for s in a.store:
+        low = s.coverage is not None and s.coverage < DEFAULT.unmeasured_coverage
+        t.add_row(s.job, s.op, pct(s.server_share), pct(s.client_share), rate(s.made_per_s),
+                  rate(s.served_per_s), Text(pct(s.coverage), style="bold yellow" if low else ""))
+    return t
+
+
 def stragglers_text(a: Answers) -> Table | Text:
     """The processes DpobsDataPlaneStraggler's test names now (before its `for:`)."""
     if not a.stragglers:
@@ -194,8 +214,7 @@ def frame(a: Answers, every_s: float | None = None) -> Group:
         parts.append(Text(f"source error: {a.error}", style="bold red"))
     # Alerts above the tables: a terminal too short for every process crops the bottom.
     parts += [alerts_text(a), jobs_table(a), queue_text(a), stragglers_text(a), ops_table(a)]
-    weights = weights_table(a)
-    if weights is not None:  # only where weights are synced
-        parts.append(weights)
+    # Only where weights are synced, and where a job's store exporter is scraped.
+    parts += [t for t in (weights_table(a), store_table(a)) if t is not None]
     parts.append(processes_table(a))
     return Group(*parts)
