@@ -10,8 +10,8 @@ import importlib.util
 import pytest
 
 if importlib.util.find_spec("mooncake") is None:
-    pytest.skip("the mooncake wheel is not installed (pip install mooncake-transfer-engine-non-cuda)",
-                allow_module_level=True)
+    pytest.skip("the mooncake wheel is not installed "
+                "(pip install mooncake-transfer-engine-non-cuda)", allow_module_level=True)
 
 from helpers import weights_live as live  # noqa: E402
 from helpers.weights_engines import MooncakeTE  # noqa: E402
