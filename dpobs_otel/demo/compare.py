@@ -15,6 +15,11 @@ processes' rates (an op's share, when rollouts put and trainers get) can be off 
 seconds: with 1 s scrapes a share was seen 49% off. So `dpobs compare` scrapes every 250 ms
 and, after the run, holds its processes (idle: their counters no longer move) until every
 series has SETTLE samples, which bounds that error near 1.5 / (SETTLE - 1) = 5%.
+
+Where a backend's store exporter is scraped (TransferQueue's, registered as the job's
+`tq-controller` target), the table adds the store's own account: the server share and the
+coverage per op, as `dpobs top` reads them (top/store.py). compare does not turn that exporter
+on: the controller starts in the backend's own process, before any workload process.
 """
 from __future__ import annotations
 
@@ -33,6 +38,7 @@ from .progress import Progress
 from .critical import fractions
 from .report import frac_of_step, merge, op_shares, quantile, session
 from ..testing.stack import Stack, StackError, binaries
+from ..top import store
 
 INTERVAL = "250ms"  # the private Prometheus's scrape and evaluation interval
 SETTLE = 31  # samples every op series has before the rules are read
@@ -126,9 +132,24 @@ def measure(stack: Stack, cfg: Config, err=None) -> dict:
     # The truth with the warm-up step too: a short run's 5m window holds part of it, so the
     # rules' ratios lie between the measured steps' truth and this one.
         share_sum = sum(recorded.values())
+        account = _store(stack, cfg.job)
     return {"ops": ops, "roles": roles, "frac": overall, "critical": critical,
             "own": own, "guard": guard, "quantiles": _source(one, job),
-            "with_warmup": whole, "samples": samples, "share_sum": share_sum}
+            "with_warmup": whole, "samples": samples, "share_sum": share_sum,
+            "store": account}
+
+
+def _store(stack: Stack, job: str) -> dict[tuple[str, str], float]:
+    """(row, op) -> value of the store's own account for `job` ('server share' and
+    'coverage' rows, as `dpobs top` reads them); empty where its exporter is not scraped."""
+    lines = store.from_prometheus(
+        lambda expr: [(r["metric"], r["value"]) for r in stack.query(expr)])
+    out = {}
+    for s in (s for s in lines if s.job == job):
+        for row, value in (("server share", s.server_share), ("coverage", s.coverage)):
+            if value is not None:
+                out[(row, s.op)] = value
+    return out
 
 
 def _bytes_per_call(sel: str) -> str:
@@ -221,7 +242,27 @@ def table(results: dict[str, dict]) -> str:
     if any(r["guard"] is not None for r in results.values()):
         lines.append(f"  {'guard time / op time':<22}" + "".join(
             f"{results[n]['guard']:>{width}.2%}" for n in names))
-    return "\n".join(lines)
+    return "\n".join(lines + _store_lines(results, width))
+
+
+# The store's own account's rows: what each heading's cells are.
+STORE_ROWS = {"server share": "server share (the store's seconds / the client's)",
+              "coverage": "coverage (calls measured clients made / calls the store served)"}
+
+
+def _store_lines(results: dict[str, dict], width: int) -> list[str]:
+    """The store's own account: under each heading an op per line that some backend has;
+    nothing when no backend's store exporter was scraped."""
+    got = [r.get("store", {}) for r in results.values()]
+    out = []
+    for row, heading in STORE_ROWS.items():
+        ops = sorted({op for g in got for r, op in g if r == row},
+                     key=lambda op: (op == store.ALL_OPS, op))
+        out += [f"  {heading}"] if ops else []
+        for op in ops:
+            cells = [_cell((g.get((row, op), float("nan")), None), "{:.1%}") for g in got]
+            out.append(f"    {op:<20}" + "".join(f"{c:>{width}}" for c in cells))
+    return out
 
 
 def run(args) -> int:
