@@ -18,8 +18,8 @@ series has SETTLE samples, which bounds that error near 1.5 / (SETTLE - 1) = 5%.
 
 Where a backend's store exporter is scraped (TransferQueue's, registered as the job's
 `tq-controller` target), the table adds the store's own account: the server share and the
-coverage per op, as `dpobs top` reads them (top/store.py). compare does not turn that exporter
-on: the controller starts in the backend's own process, before any workload process.
+coverage per op, as `dpobs top` reads them (top/store.py). compare itself does not turn that
+exporter on (`dpobs demo --backend transferqueue --store-metrics` does).
 """
 from __future__ import annotations
 
