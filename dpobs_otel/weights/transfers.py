@@ -7,9 +7,9 @@ path do.
 Both engines are one-sided: only the process that makes the call (the writer of a WRITE, the
 reader of a READ) sees a transfer, so only its side's sync counts it; the passive side counts
 what it note()s. A transfer counts its local regions (address, length), each one tensor, once
-it succeeded (Mooncake: returned 0; NIXL: posted without "ERR"). A region a note() or a
-collective already counted in the sync (the same tensor fingerprinted, then transferred) is
-not counted again, while a staging buffer a sync transfers again (refilled in between) is.
+it succeeded (Mooncake: returned 0; NIXL: posted without "ERR"). A transfer and a note() of
+the same live tensor pair up and count once (fingerprinted, then transferred, or the reverse),
+while a staging buffer a sync transfers again (refilled in between) counts again.
 
 Installed on the engines' classes, never importing one: an engine counts only once the user's
 code has imported it, from the first `tel.weights.sync()` (and dpobs.start()) after that, and
@@ -22,30 +22,26 @@ from __future__ import annotations
 import functools
 import sys
 import threading
-import weakref
 
 from .sync import current
 
 _LOCK = threading.Lock()
 _DONE: set[str] = set()  # the modules whose classes are wrapped
-_REFILLED = weakref.WeakKeyDictionary()  # sync -> the regions transfers counted in it
 _KNOWN_MAX = 1 << 16  # NIXL requests remembered (oldest dropped): a bound on what leaks
 _ON_ERROR: list = []  # the internal_error of the Weights that installed last
 
 
 def count(sync, regions) -> None:
-    """The (address, length) regions one successful transfer moved from this process."""
+    """The (address, length) regions one successful transfer moved from this process: each
+    pairs with a note() of the same live tensor, one with one, as a collective does
+    (sync.Seen); a region transferred again (a refilled staging buffer) counts again."""
     try:
         sync.begin()
-        mine = _REFILLED.setdefault(sync, set())
         for address, length in regions:
             key = (int(address), int(length))
-            if key in sync._seen and key not in mine:  # noted: counted already
-                continue
-            sync._seen.add(key)  # a later note() of the same tensor counts nothing more
-            mine.add(key)
-            sync.bytes += key[1]
-            sync.tensors += 1
+            if sync._seen.first(key, None, "moved"):  # None: no tensor, held for the sync
+                sync.bytes += key[1]
+                sync.tensors += 1
     except Exception as exc:
         sync.owner.internal_error(exc)
 

@@ -58,10 +58,10 @@ def _truth(tensors) -> dict:
 def _send(tel, engine, pool, peer, v, mode, to_peer, from_peer) -> dict:
     for name, t in views(pool, v).items():
         t.copy_(layout(v)[name][1])
-    todo = pairs(pool, peer, v)
+    todo, held = pairs(pool, peer, v), views(pool, v)  # held: a note pairs with a live tensor
     with tel.weights.sync(version=v, side="send") as s:
         if mode != "write":
-            for name, t in views(pool, v).items():
+            for name, t in held.items():
                 s.note(name, t)
         if mode == "write":
             for p in todo:
@@ -75,7 +75,7 @@ def _send(tel, engine, pool, peer, v, mode, to_peer, from_peer) -> dict:
         size = _manifest(engine, pool, peer, s.manifest()) if mode == "proof" else 0
         to_peer.put((v, size))
         from_peer.get(timeout=120)
-    return {"counted": (s.bytes, s.tensors), **_truth(list(views(pool, v).values()))}
+    return {"counted": (s.bytes, s.tensors), **_truth(list(held.values()))}
 
 
 def _manifest(engine, pool, peer, item) -> int:
