@@ -97,9 +97,9 @@ def _receive(tel, engine, pool, peer, v, mode, to_peer, from_peer) -> dict:
                 s.note(name, t)
         if size:
             s.note(MANIFEST_NAME, pool[MANIFEST_AT:MANIFEST_AT + size])
-    to_peer.put(v)
     want = weights.model(v)
     same = all(torch.equal(got[n].view(torch.uint8), want[n].view(torch.uint8)) for n in want)
+    to_peer.put(v)  # compared first: the trainer writes the next version into this pool
     return {"counted": (s.bytes, s.tensors), "same": same, **_truth(list(got.values()))}
 
 
