@@ -44,7 +44,9 @@ class Running:
             close()
 
 
-def start(name: str, latency_s: float, authkey: bytes, initializer=None) -> Running:
+def start(name: str, latency_s: float, authkey: bytes, initializer=None,
+          store_metrics: bool = False) -> Running:
+    """store_metrics: the store's own exporter on (TransferQueue only)."""
     if name == "memory":
         from ..stores.memory import serve_store
         mgr, address = serve_store(latency_s, authkey, initializer=initializer)
@@ -58,13 +60,15 @@ def start(name: str, latency_s: float, authkey: bytes, initializer=None) -> Runn
                               master.lease_s), master.stop)
     if name == "transferqueue":
         from ..testing import transferqueue as tq_local
-        handle = tq_local.start()
+        handle = tq_local.start(metrics=store_metrics)
         return Running(name, ("transferqueue", handle.ray_address), tq_local.stop)
     raise ValueError(f"unknown backend {name!r}; one of {', '.join(BACKENDS)}")
 
 
-def connect(spec: tuple):
-    """In a workload process: the data-plane client for a started backend's spec."""
+def connect(spec: tuple, tel=None):
+    """In a workload process: the data-plane client for a started backend's spec. tel: the
+    process's Telemetry, when it is measured (TransferQueue: its init announces the
+    controller's exporter for file_sd, as any measured init does)."""
     kind = spec[0]
     if kind == "memory":
         from ..stores.memory import connect_store
@@ -76,7 +80,8 @@ def connect(spec: tuple):
     if kind == "transferqueue":
         from ..testing import transferqueue as tq_local
         from ..adapters.transferqueue import TransferQueueDataPlane
-        tq_local.attach(spec[1])
+        from ..adapters.transferqueue import instrument
+        tq_local.attach(spec[1], init=None if tel is None else instrument(tel).init)
         return TransferQueueDataPlane()
     raise ValueError(f"unknown backend spec {kind!r}")
 

@@ -9,7 +9,8 @@ import msgpack
 import torch
 from tensordict import NonTensorStack, TensorDict
 
-from ..names import ALERT_WEIGHTS_MISMATCH, ALERT_WEIGHTS_STALE, ALERT_WIRE_HASH_MISMATCH
+from ..names import (ALERT_UNMEASURED_CLIENTS, ALERT_WEIGHTS_MISMATCH, ALERT_WEIGHTS_STALE,
+                     ALERT_WIRE_HASH_MISMATCH)
 
 PARTITION = "grpo"
 VOCAB = 32000
@@ -46,6 +47,8 @@ class Config:
     weight_sync: str | None = None  # the transport trainer 0 pushes weights over (weightsync.py)
     corrupt_weights_at: int | None = None  # measured step whose weights a bit flip hits
     skip_weight_sync_at: int | None = None  # measured step from which the rollout stops loading
+    store_metrics: bool = False  # the store's own exporter on, its account in the report
+    unmeasured: str | None = None  # a role whose processes move data without dpobs
 
     def roles(self) -> list[tuple[str, int]]:
         return ([("rollout", 0)] + [("trainer", r) for r in range(self.trainers)]
@@ -55,7 +58,8 @@ class Config:
         """The alerts the faults this run injects must raise (the report waits for them)."""
         return {alert for alert, on in ((ALERT_WIRE_HASH_MISMATCH, self.corrupt_at),
                                         (ALERT_WEIGHTS_MISMATCH, self.corrupt_weights_at),
-                                        (ALERT_WEIGHTS_STALE, self.skip_weight_sync_at))
+                                        (ALERT_WEIGHTS_STALE, self.skip_weight_sync_at),
+                                        (ALERT_UNMEASURED_CLIENTS, self.unmeasured))
                 if on}
 
 

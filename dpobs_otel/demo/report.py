@@ -27,6 +27,7 @@ from .batches import Config
 from .critical import critical_path_lines
 from .queue import add_queue_arguments, check_queue, queue_lines
 from .truth import Durations
+from . import store_report
 from .weightsync_report import add_weight_arguments, stack_mixin, weight_config, weight_lines
 from .workload import Workload
 
@@ -57,6 +58,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="compute per step of each trainer, after its reads (default 0)")
     add_queue_arguments(p)
     add_weight_arguments(p)
+    store_report.add_store_arguments(p)
     p.add_argument("--duration", type=float, default=None, metavar="SECONDS",
                    help="run this long instead of --steps; 0 = until stopped")
     p.add_argument("--stack", choices=("auto", "off"), default="auto",
@@ -92,7 +94,7 @@ def config(args) -> Config:
                   sd_dir=args.sd_dir, host=args.host, advertise_host=args.advertise_host,
                   backend=args.backend, async_k=args.async_k, row_age=args.row_age,
                   prefetch=args.prefetch, rollout_ms=args.rollout_ms, train_ms=args.train_ms,
-                  **weight_config(args))
+                  **weight_config(args), **store_report.store_config(args))
 
 
 # -- a run, kept up while its results are read --------------------------------------------
@@ -120,9 +122,10 @@ def session(cfg: Config, stack: Stack | None = None, on_ready=None, on_step=None
     with Workload(cfg) as wl:
         if on_ready is not None:
             on_ready(wl)
-        instances = [i["instance"] for i in wl.info.values()]
+        instances = [i["instance"] for i in wl.info.values()] + store_report.instances(cfg)
         wl.warmup()
         if stack is not None:  # rates then start at this quiescent, post-warm-up sample
+            store_report.settle(cfg)
             stack.wait_scraped(instances, after=time.time())
         view = ClusterView(cfg.sd_dir, cfg.job) if cfg.sd_dir else None
         if view is not None:
@@ -132,6 +135,7 @@ def session(cfg: Config, stack: Stack | None = None, on_ready=None, on_step=None
         wl.run(on_step)
         cluster = (view.step_metrics(), view.breakdown()) if view is not None else None
         if stack is not None:
+            store_report.settle(cfg)
             stack.wait_scraped(instances, after=time.time())
             stack.wait_evaluated(after=time.time())
         scraped = {k: scrape(i["endpoint"]) for k, i in wl.info.items()}
@@ -229,7 +233,7 @@ def metric_sum(samples, name: str) -> float:
 
 # -- the report ----------------------------------------------------------------------------
 def report(res: Result, stack: Stack | None, cfg: Config) -> str:
-    keys = list(res.info)
+    keys = [k for k in res.info if k[0] != cfg.unmeasured]  # dpobs's numbers: theirs only
     total = merge(res.total(k) for k in keys)
     measured = merge(res.truth[k] for k in keys)
     samples = [s for k in keys for s in res.scraped[k]]
@@ -272,6 +276,7 @@ def report(res: Result, stack: Stack | None, cfg: Config) -> str:
                      f"{'-' if p is None else format(p, '.1%'):>12}")
     lines += critical_path_lines(res, stack)
     lines += queue_lines(res, cfg) + [_guard_line(samples, cfg)] + weight_lines(res, stack, cfg)
+    lines += store_report.store_lines(res, stack, cfg)
     if res.cluster is not None:
         lines.append("\nCluster view (tel.cluster_step_metrics(sd_dir), the measured steps)\n"
                      + cluster_text(*res.cluster))
@@ -378,7 +383,8 @@ def run(args) -> int:
                     print(f"--stack auto: {', '.join(missing)} not on PATH; "
                           "running without Prometheus", file=sys.stderr)
                 else:
-                    stack = es.enter_context(Stack(sd_dir=args.sd_dir, mixin=stack_mixin(cfg)))
+                    mixin = store_report.stack_mixin(cfg, stack_mixin(cfg))
+                    stack = es.enter_context(Stack(sd_dir=args.sd_dir, mixin=mixin))
                     cfg.sd_dir = stack.sd_dir
                     print(f"Prometheus   {stack.prometheus}\nAlertmanager "
                           f"{stack.alertmanager}\nfile_sd      {stack.sd_dir}")

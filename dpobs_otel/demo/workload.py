@@ -66,14 +66,16 @@ def _process(role, rank, cfg: Config, spec, sync: Sync, out) -> None:
         tel = dpobs.start(role=role, rank=rank, job=cfg.job, sd_dir=cfg.sd_dir, host=cfg.host,
                           advertise_host=cfg.advertise_host, verify_tensor_hash=cfg.verify,
                           row_age=cfg.row_age, trace=cfg.trace or None)
-        raw = backends.connect(spec)
+        measured = role != cfg.unmeasured
+        raw = backends.connect(spec, tel if measured else None)
         timed = Timed(raw, ROLE_OPS[role])
         client = tel.instrument(timed)
         truth = Truth(timed)
         port = tel.endpoint.rsplit(":", 1)[1]
         out.put(("ready", role, rank, {"endpoint": tel.endpoint, "pid": os.getpid(),
                                        "instance": f"{tel.settings.target_host}:{port}"}))
-        worker = _Worker(role, rank, cfg, tel, client, raw, truth, sync, out)
+        worker = _Worker(role, rank, cfg, tel, client if measured else None, raw, truth,
+                         sync, out)
         worker.loop()
         out.put(("done", role, rank, truth.take()))
         _wait_parent(sync.release)
@@ -129,8 +131,9 @@ class _Worker:
     def __init__(self, role, rank, cfg, tel, client, raw, truth, sync, out):
         self.role, self.rank, self.cfg = role, rank, cfg
         self.raw, self.truth = raw, truth
-        self.on = (tel, client)
         self.off = (_Off, truth.timed)  # the benchmark's baseline: the same calls, no dpobs
+        # --unmeasured ROLE: that role's every step is the baseline's (no client given).
+        self.on = self.off if client is None else (tel, client)
         self.sync, self.out = sync, out
         self.gen = torch.Generator().manual_seed(cfg.seed)
         n, t = cfg.batch_size, cfg.trainers
@@ -204,8 +207,14 @@ class _Worker:
         self.truth.moved("put", "write", truth_nbytes(batch))
         # A verifier outside dpobs scores the completions: its write is neither timed nor
         # fingerprinted, so guarded readers count these rows unverified (as they should).
+        # With --store-metrics it writes through the rollout's client: the store counts
+        # every put, and every client is to be measured (or --unmeasured says which not).
         scores = TensorDict({"scores": rows["scores"]}, batch_size=[len(ids)])
-        self.raw.put_samples(ids, PARTITION, scores)
+        if self.cfg.store_metrics:
+            self.client.put_samples(ids, PARTITION, scores)
+            self.truth.moved("put", "write", truth_nbytes(scores))
+        else:
+            self.raw.put_samples(ids, PARTITION, scores)
         if step == self.cfg.corrupt_at:
             # An uninstrumented writer rewrites one row between the put and the reads.
             bad = TensorDict({"advantages": batch["advantages"][:1] + 1.0}, batch_size=[1])
@@ -284,7 +293,8 @@ class Workload(Managed):
     def start(self, timeout: float = 180) -> None:
         ctx = multiprocessing.get_context("spawn")
         self._backend = backends.start(self.cfg.backend, self.cfg.latency_s, self.authkey,
-                                       initializer=die_with_parent)
+                                       initializer=die_with_parent,
+                                       store_metrics=self.cfg.store_metrics)
         roles = self.cfg.roles()
         self.sync = Sync(ctx.Barrier(len(roles), timeout=BARRIER_TIMEOUT_S), ctx.Value("b", 0),
                          ctx.Event(), ctx.Event(), ctx.Event(),

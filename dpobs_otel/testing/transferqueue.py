@@ -48,8 +48,11 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ..adapters.transferqueue.exporter import COLLECT_INTERVAL_ENV
+
 # The controller and each SimpleStorage unit are Ray actors with num_cpus=1.
 NUM_STORAGE_UNITS = 1
+METRICS_COLLECT_S = 1  # start(metrics=True): the storage figures a second old at most
 NUM_CPUS = 2  # logical; exactly controller + one unit.  Raise it if tests add actors.
 
 LOOPBACK_IP = "127.0.0.1"
@@ -96,10 +99,14 @@ def call(fn: Callable[..., Any], *args: Any, timeout_s: float = 30.0, **kwargs: 
     return box.get("value")
 
 
-def start(timeout_s: float = 90.0, num_cpus: int = NUM_CPUS) -> TQHandle:
-    """Start a private local Ray instance and TransferQueue (one storage unit) in this process."""
+def start(timeout_s: float = 90.0, num_cpus: int = NUM_CPUS, metrics: bool = False) -> TQHandle:
+    """Start a private local Ray instance and TransferQueue (one storage unit) in this process.
+    metrics: with TransferQueue's own exporter (0.1.7 on), collecting its storage units'
+    figures every METRICS_COLLECT_S unless TQ_METRICS_COLLECT_INTERVAL says otherwise."""
     global _started_here
     os.environ.update(LOOPBACK_ENV)
+    if metrics:  # read in the controller's process, which inherits Ray's environment
+        os.environ.setdefault(COLLECT_INTERVAL_ENV, str(METRICS_COLLECT_S))
     import ray
     import transfer_queue as tq
 
@@ -130,6 +137,8 @@ def start(timeout_s: float = 90.0, num_cpus: int = NUM_CPUS) -> TQHandle:
         t0 = time.perf_counter()
         _started_here = True  # from here on stop() must tear down actors
         conf = {"backend": {"SimpleStorage": {"num_data_storage_units": NUM_STORAGE_UNITS}}}
+        if metrics:
+            conf["metrics"] = {"enabled": True, "port": 0}
         call(tq.init, conf, timeout_s=timeout_s)
         timings["tq_init"] = time.perf_counter() - t0
     except BaseException:
@@ -138,8 +147,10 @@ def start(timeout_s: float = 90.0, num_cpus: int = NUM_CPUS) -> TQHandle:
     return TQHandle(ray_address=address, starter_pid=os.getpid(), timings=timings)
 
 
-def attach(address: str, timeout_s: float = 60.0) -> None:
-    """In another process: join the starter's Ray cluster and get a TQ client (no new controller)."""
+def attach(address: str, timeout_s: float = 60.0, init: Callable | None = None) -> None:
+    """In another process: join the starter's Ray cluster and get a TQ client (no new
+    controller). init: the module's init to call (a measured one: dpobs then announces the
+    controller's exporter), tq.init by default."""
     global _attached_here
     os.environ.update(LOOPBACK_ENV)
     import ray
@@ -158,7 +169,7 @@ def attach(address: str, timeout_s: float = 60.0) -> None:
         except ValueError:
             call(ray.get_actor, "TransferQueueController", timeout_s=timeout_s)
         _attached_here = True
-        call(tq.init, timeout_s=timeout_s)  # finds the controller -> builds only a client
+        call(init or tq.init, timeout_s=timeout_s)  # finds the controller: a client only
     except BaseException:
         detach()
         raise
