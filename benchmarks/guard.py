@@ -32,7 +32,7 @@ import torch
 from tensordict import TensorDict
 
 import dpobs_otel as dpobs
-from dpobs_otel import nested
+from dpobs_otel.shims import torch_jagged
 from progress import Progress  # benchmarks/progress.py: this script's folder
 
 ROWS = 1536
@@ -55,7 +55,7 @@ def make_batch(rows: int = ROWS, tokens: int = TOKENS) -> TensorDict:
 def nbytes(td: TensorDict) -> int:
     total = 0
     for _, v in td.items():
-        total += nested.values(v).nbytes if v.is_nested else v.nbytes
+        total += torch_jagged.values(v).nbytes if v.is_nested else v.nbytes
     return total
 
 
@@ -66,7 +66,7 @@ def xor_fold(td: TensorDict) -> list[torch.Tensor]:
     out = []
     for _, v in td.items():
         if v.is_nested:
-            vals = nested.values(v)
+            vals = torch_jagged.values(v)
             out.append(torch.hash_tensor(vals.view(_INT[vals.element_size()])))
         else:
             out.append(torch.hash_tensor(v.view(_INT[v.element_size()]).reshape(v.shape[0], -1),

@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tensordict import NonTensorData, TensorDict
 
 import dpobs_otel as dpobs
-from dpobs_otel import nested
+from dpobs_otel.shims import torch_jagged
 from dpobs_otel.readback.scrape import parse
 from dpobs_otel.sizing import _offsets_span
 
@@ -42,11 +42,11 @@ def metrics_body() -> str:
 def main() -> None:
     nt = torch.nested.nested_tensor([torch.zeros(n, dtype=torch.int64) for n in range(1, 257)],
                                     layout=torch.jagged)
-    off = nested.offsets(nt)
+    off = torch_jagged.offsets(nt)
     row = NonTensorData("abc")
     body = metrics_body()
     pairs = [
-        ("jagged size", lambda: nt.numel(), lambda: nested.values(nt).nbytes, 20000),
+        ("jagged size", lambda: nt.numel(), lambda: torch_jagged.values(nt).nbytes, 20000),
         ("offsets span", lambda: int(off[-1]) - int(off[0]), lambda: _offsets_span(off), 100000),
         ("non-tensor value", lambda: row.data, lambda: row._non_tensordict["data"], 100000),
         (f"parse /metrics ({len(body.splitlines())} lines)",

@@ -9,7 +9,7 @@ Each shape through
   (b0) the same naive wrapper sizing nothing (its bytes counter gets 0: a first attempt),
   (c)  dpobs's instrumented client over (a),
   (c0) the same with the op duration recorded through the SDK's Histogram.record on every
-       op, not bound.py's direct add (as before issue 20's bound record),
+       op, not shims/otel_histogram.py's direct add (as before issue 20's bound record),
   (d)  the bare InMemoryDataPlane,
 interleaved round by round (both shapes in each round) so machine drift hits every arm alike.
 Prints per-op microseconds (medians) and the ratios (c-a)/(b-a) (required <= 0.5),
@@ -140,7 +140,7 @@ ARMS = [("a", "no-op inner"), ("b", "naive, sizing"), ("b0", "naive, no sizing")
 
 def record_path():
     """A Telemetry whose op duration goes through the SDK's Histogram.record on every op, as
-    before bound.py (native buckets on, as in (c)): what the bound record saves."""
+    before shims/otel_histogram.py (native buckets on, as in (c)): what the bound record saves."""
     tel = dpobs.start(role="bench-record")
     for rec in getattr(tel, "op_records", {}).values():  # none in an older checkout
         rec._adds = ()  # as if found unbindable: record() every time

@@ -33,9 +33,9 @@ LOOPBACK = ["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$0" "$@"
 # What each cell runs (inside the namespace, from the repository root): the core and guard
 # suites, the TransferQueue adapter's live tests with the installed release's own e2e tests,
 # and the demo on TransferQueue with its truth columns checked (compat/demo_check.py).
-CORE = ["tests/test_bound.py", "tests/test_client.py", "tests/test_critical.py",
-        "tests/test_nested.py", "tests/test_rowage.py", "tests/test_sizing.py",
-        "tests/test_telemetry.py", "tests/test_asyncio_waits.py", "tests/test_imports.py",
+CORE = ["tests/shims/test_otel_histogram.py", "tests/test_client.py", "tests/test_critical.py",
+        "tests/shims/test_torch_jagged.py", "tests/test_rowage.py", "tests/test_sizing.py",
+        "tests/test_telemetry.py", "tests/shims/test_asyncio_tasks.py", "tests/test_imports.py",
         "tests/test_network.py", "tests/guard", "tests/stores"]
 ADAPTER = ["tests/adapters/transferqueue"]
 SHOWN = ["torch", "tensordict", "transferqueue", "ray", "numpy", "opentelemetry-sdk",

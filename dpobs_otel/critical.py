@@ -8,7 +8,7 @@ and the time both were nonzero. A step's exposure is only ever changed by the th
 owns it (its own thread, or the event loop thread running its task), as one tuple replaced
 at once, so readers see a consistent value without the lock.
 A step entered in a coroutine belongs to the task that entered it; ops of other tasks count
-as exposed only while that task awaits them (asyncio_waits.py).
+as exposed only while that task awaits them (asyncio_tasks.py).
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import threading
 from contextvars import ContextVar
 from time import perf_counter
 
-from . import asyncio_waits
+from .shims import asyncio_tasks
 
 # The step open in this thread or task. Tasks copy it, so a prefetch task created inside a
 # step sees the step too; `owns` tells the step's own thread or task from the others.
@@ -43,7 +43,7 @@ class Step:
         """Is the caller the step's own thread (and task, for a step entered in asyncio)?"""
         if self.cp is not cp or self.thread != threading.get_ident():
             return False
-        return self.task is None or asyncio_waits.current_task() is self.task
+        return self.task is None or asyncio_tasks.current_task() is self.task
 
     # Called on the owning thread only.
     def enter(self, t: float) -> None:
@@ -140,7 +140,7 @@ class CriticalPath:
 
     # -- steps --------------------------------------------------------------------------
     def step_begin(self, t: float) -> tuple[Step, object]:
-        step = Step(self, threading.get_ident(), asyncio_waits.current_task())
+        step = Step(self, threading.get_ident(), asyncio_tasks.current_task())
         with self.lock:
             if not self._steps and self._inflight:
                 self._busy_since = t
@@ -254,7 +254,7 @@ class _Watch:
         if step.task is None:  # a synchronous step running an event loop: it blocks on us
             self._start(perf_counter())
             return
-        self._task = asyncio_waits.current_task()
+        self._task = asyncio_tasks.current_task()
         self._look()
 
     def _look(self) -> None:
@@ -262,7 +262,7 @@ class _Watch:
         step = self._step
         if step.closed:
             return
-        if self._task is step.task or asyncio_waits.awaits(step.task, self._task):
+        if self._task is step.task or asyncio_tasks.awaits(step.task, self._task):
             self._start(perf_counter())
         else:
             self._handle = asyncio.get_running_loop().call_later(POLL_S, self._look)

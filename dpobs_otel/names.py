@@ -218,13 +218,13 @@ COMPONENT_GUARD = "guard"  # the wire guard's hooks
 COMPONENT_ROW_AGE = "row_age"  # write stamps and read ages
 COMPONENT_TRACE = "trace"  # spans
 COMPONENT_CRITICAL_PATH = "critical_path"  # busy and exposed time of an op
-COMPONENT_HISTOGRAM = "histogram"  # the op duration's fast path (bound.py)
+COMPONENT_HISTOGRAM = "histogram"  # the op duration's fast path (shims/otel_histogram.py)
 COMPONENT_RECONCILE = "reconcile"  # occupancy against the store's listing
 COMPONENT_ADAPTER = "adapter"  # an adapter's own bookkeeping
 COMPONENT_FILE_SD = "file_sd"  # the file_sd target file (off the op's path)
 COMPONENT_WEIGHTS = "weights"  # a weight sync's bookkeeping, fingerprints and check
 COMPONENT_EXPORT = "export"  # an observable's callback at collection (off the op's path)
-# A private name of the OpenTelemetry SDK or exporter not as known (sdk_private.py): that part
+# A private name of the OpenTelemetry SDK or exporter not as known (shims/otel_sdk.py): that part
 # runs on the public API (the native op-duration family absent, if it is that one).
 OTEL_SDK_COMPONENT = "otel_sdk"
 OP_PATH_COMPONENTS = (COMPONENT_SIZING, COMPONENT_OCCUPANCY, COMPONENT_GUARD, COMPONENT_ROW_AGE,

@@ -48,7 +48,7 @@ class Recording:
             self._tel.internal_error(names.COMPONENT_OCCUPANCY, occupancy_failed)
 
     def _unbound_record(self, op, dt, exc) -> None:
-        """The duration's fast path (bound.py) raised: counted, and the SDK's own record
+        """The duration's fast path (shims/otel_histogram.py) raised: counted, and the SDK's own record
         takes the value, so the op's histogram still holds it."""
         self._tel.internal_error(names.COMPONENT_HISTOGRAM, exc)
         try:

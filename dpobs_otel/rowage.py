@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from . import names
-from .sdk_private import bulk_add, histogram_aggregations
+from .shims.otel_sdk import bulk_add, histogram_aggregations
 from .guard.columns import (DIGEST_PREFIX, NONTENSOR_SENTINEL, STAMP, UNRECORDED_SENTINEL,
                             is_tensordict)
 
@@ -228,7 +228,7 @@ class _BulkHistogram:
     value per call; a read of thousands of rows would pay thousands of calls. So the ages are
     bucketed here and added to the SDK's explicit-bucket aggregation for (op) directly, under
     its lock, exactly as that many record() calls would (counts, sum, min, max). That reaches
-    into the SDK's internals (sdk_private.histogram_aggregations and bulk_add, pinned by
+    into the SDK's internals (otel_sdk.histogram_aggregations and bulk_add, pinned by
     tests/test_rowage.py); wherever they do not look as expected, it falls back to one
     record() per row."""
 

@@ -19,7 +19,7 @@ import torch
 
 from tensordict import NonTensorData, NonTensorStack, TensorDict, TensorDictBase
 
-from . import nested
+from .shims import torch_jagged
 
 try:  # the jagged layout's tensor subclass; absent on very old torch
     from torch.nested._internal.nested_tensor import NestedTensor as _Jagged
@@ -46,9 +46,9 @@ def _jagged_nbytes(t) -> int:
     # buffer answers two orders of magnitude faster (docs/performance.md). The buffer may view
     # a larger allocation (torch.nested.narrow sets _lengths; a view of some rows leaves
     # offsets[0] > 0), so the row span comes from the offsets, never from the buffer's length.
-    values = nested.values(t)
-    lengths = nested.lengths(t)
-    rows = int(lengths.sum()) if lengths is not None else _offsets_span(nested.offsets(t))
+    values = torch_jagged.values(t)
+    lengths = torch_jagged.lengths(t)
+    rows = int(lengths.sum()) if lengths is not None else _offsets_span(torch_jagged.offsets(t))
     per_row = values.element_size()
     if values.dim() > 1:  # slicing a shape costs more than the common 1-d case's check
         for d in values.shape[1:]:

@@ -11,12 +11,12 @@ from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, MeterProvider
 from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
 from opentelemetry.sdk.resources import Resource
 from . import names
-from .bound import OpRecords
 from .config import Settings, disabled
 from .critical import CriticalPath, Exposure
 from .exposed import exposed_iterable
 from .facade import DisabledTelemetry, TelemetryInterface
-from .sdk_private import degradations, op_duration_aggregation
+from .shims.otel_histogram import OpRecords
+from .shims.otel_sdk import degradations, op_duration_aggregation
 from .stats import Stats
 from .stepmetrics import StepMetrics
 from .version import __version__
@@ -31,9 +31,9 @@ def _views() -> list[View]:
     def hist(name, bounds):
         return View(instrument_name=name,
                     aggregation=ExplicitBucketHistogramAggregation(boundaries=bounds))
-    from .exporters import native  # classic buckets, and native ones beside them
+    from .exporters import native_histograms  # classic buckets, and native ones beside them
     return [View(instrument_name=names.OP_DURATION, aggregation=op_duration_aggregation(
-                 names.OP_BUCKETS, native.SCALE, native.with_native)),
+                 names.OP_BUCKETS, native_histograms.SCALE, native_histograms.with_native)),
             hist(names.CODEC_DURATION, names.OP_BUCKETS),
             hist(names.STEP_DURATION, names.STEP_BUCKETS),
             hist(names.ROW_AGE, names.OP_BUCKETS),
@@ -58,7 +58,7 @@ class Telemetry(TelemetryInterface):
                                        exemplar_filter=AlwaysOffExemplarFilter())
         self.meter = meter = self._provider.get_meter("dpobs_otel", __version__)
         self._create_instruments(meter)
-        if degradations():  # sdk_private logged each; counted in this process's registry
+        if degradations():  # otel_sdk logged each; counted in this process's registry
             self.stats.instr_errors[names.OTEL_SDK_COMPONENT] = len(degradations())
         for e in self.exporters:  # what an exporter could not do at start (file_sd), counted
             for component, exc in getattr(e, "startup_errors", ()):

@@ -23,7 +23,7 @@ from tensordict import TensorDict
 import dpobs_otel as dpobs
 from dpobs_otel import client as client_mod
 from dpobs_otel import names, telemetry
-from dpobs_otel.bound import BoundRecord
+from dpobs_otel.shims.otel_histogram import BoundRecord
 from dpobs_otel.critical import CriticalPath, _Watch
 from dpobs_otel.occupancy import Occupancy, Reconciling
 

@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tensordict import NonTensorData, NonTensorStack, TensorDict
 
-from dpobs_otel import nested, sizing
+from dpobs_otel import sizing
+from dpobs_otel.shims import torch_jagged
 from dpobs_otel.sizing import encoded_size, payload_nbytes, tensor_nbytes
 
 DTYPES = [torch.float32, torch.bfloat16, torch.bool, torch.int64, torch.float8_e4m3fn,
@@ -48,15 +49,15 @@ def test_jagged_views_of_a_larger_buffer():
     # offsets: tensordict 0.10 cannot slice a jagged field, 0.15 copies the rows out); narrow
     # sets _lengths.
     nt = _jagged([3, 5, 2, 4])
-    sliced = torch.nested.nested_tensor_from_jagged(nested.values(nt), nested.offsets(nt)[1:4])
-    assert nested.offsets(sliced)[0] == 3 and nested.values(sliced).numel() == 14
+    sliced = torch.nested.nested_tensor_from_jagged(torch_jagged.values(nt), torch_jagged.offsets(nt)[1:4])
+    assert torch_jagged.offsets(sliced)[0] == 3 and torch_jagged.values(sliced).numel() == 14
     assert tensor_nbytes(sliced) == (5 + 2) * 8
     assert payload_nbytes(TensorDict({"t": sliced}, batch_size=[2])) == (5 + 2) * 8
     base = torch.arange(40).reshape(4, 10)
     narrow = torch.nested.narrow(base, 1, torch.tensor([0, 2, 1, 0]), torch.tensor([2, 3, 1, 4]),
                                  layout=torch.jagged)
-    assert nested.lengths(narrow) is not None
-    assert tensor_nbytes(narrow) == (2 + 3 + 1 + 4) * 8 == nested.values(narrow.contiguous()).nbytes
+    assert torch_jagged.lengths(narrow) is not None
+    assert tensor_nbytes(narrow) == (2 + 3 + 1 + 4) * 8 == torch_jagged.values(narrow.contiguous()).nbytes
 
 
 NONTENSOR = ["", "a" * 31, "b" * 32, "c" * 300, "ünïcødé ✓ 漢字", "x" * 70000, 0, 127, 128, 255,

@@ -1,6 +1,6 @@
 """The Prometheus exporter: a reader on its own registry, the per-process /metrics route on
 our HTTP(S) server (exporters/http.py) in the text exposition or, when the scraper's Accept
-header prefers it, the delimited protobuf one with the native histograms (exporters/native.py),
+header prefers it, the delimited protobuf one with the native histograms (exporters/native_histograms.py),
 and its file_sd announcement."""
 from __future__ import annotations
 
@@ -26,10 +26,10 @@ class PrometheusExporter:
 
     def __init__(self, settings):
         from .filesd import FileSDTarget
-        from .native import NativeReader
+        from .native_histograms import NativeReader
 
         s = settings
-        # A registry of its own, without scope labels (sdk_private.prometheus_reader).
+        # A registry of its own, without scope labels (otel_sdk.prometheus_reader).
         self.reader, self.registry = NativeReader.on(CollectorRegistry(auto_describe=True))
         # One render at a time: a collect refreshes the reader's native stash, and the
         # protobuf render reads it right after its own collect.

@@ -8,7 +8,7 @@ prometheus/client_model's metrics.proto (quoted where used). Each MetricFamily m
 preceded by its length as a varint ("encoding=delimited").
 
 Two sources feed it: the prometheus_client families the text exposition renders (so every
-family is the same in both), and the native histograms of exporters/native.py.
+family is the same in both), and the native histograms of exporters/native_histograms.py.
 """
 from __future__ import annotations
 

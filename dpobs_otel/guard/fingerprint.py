@@ -17,7 +17,7 @@ from typing import Sequence
 
 import torch
 
-from .. import nested
+from ..shims import torch_jagged
 from . import kernel
 from .reference import G, M32, field_salt, id_salt_prefix
 from .sums import sums_dense, sums_flat
@@ -94,9 +94,9 @@ def _relaid_words(values, offsets, unit, esize):
 
 def _jagged_words(nt: torch.Tensor):
     """(words, word offsets, per-row leading lengths, inner shape) of a jagged nested tensor."""
-    values, offsets = nested.values(nt), nested.offsets(nt)
+    values, offsets = torch_jagged.values(nt), torch_jagged.offsets(nt)
     inner = tuple(values.shape[1:])
-    if not nested.tiles_values(nt):
+    if not torch_jagged.tiles_values(nt):
         rows = nt.unbind()
         if rows:
             inner = tuple(rows[0].shape[1:])
@@ -162,9 +162,9 @@ def _uniform_dense(nt: torch.Tensor) -> torch.Tensor | None:
     values, else None. Its digests are the same (the salt holds only the shape past the
     leading dim, the leading length enters through G either way), and the dense kernel is far
     faster: stores such as TransferQueue hand dense fields back jagged."""
-    if not nested.tiles_values(nt):
+    if not torch_jagged.tiles_values(nt):
         return None
-    off = nested.offsets(nt)
+    off = torch_jagged.offsets(nt)
     n = off.shape[0] - 1
     if n <= 0:
         return None
@@ -173,12 +173,13 @@ def _uniform_dense(nt: torch.Tensor) -> torch.Tensor | None:
     if length == 0 or not bool((lead == length).all()):
         return None
     start = int(off[0])
-    values = nested.values(nt)
+    values = torch_jagged.values(nt)
     return values[start:start + n * length].reshape(n, length, *values.shape[1:])
 
 
 def _jagged_digests(value: torch.Tensor, field: str, ids: torch.Tensor) -> torch.Tensor:
-    values = nested.values(value)  # its attributes, not the nested tensor's (nested.is_jagged)
+    # its attributes, not the nested tensor's (torch_jagged.is_jagged)
+    values = torch_jagged.values(value)
     if values.is_quantized or values.device.type == "meta":
         raise UnsupportedField("unsupported_layout")
     dense = _uniform_dense(value)
@@ -209,7 +210,7 @@ def field_digests(value: torch.Tensor, field: str, ids: torch.Tensor) -> torch.T
     """
     if not isinstance(value, torch.Tensor):
         raise UnsupportedField("non_tensor")
-    if nested.is_jagged(value):
+    if torch_jagged.is_jagged(value):
         return _jagged_digests(value, field, ids)
     if value.is_quantized or value.device.type == "meta":
         raise UnsupportedField("unsupported_layout")

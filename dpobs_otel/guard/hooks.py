@@ -28,7 +28,8 @@ from typing import Callable
 
 import torch
 
-from .. import names, nested
+from .. import names
+from ..shims import torch_jagged
 from . import pool
 from .columns import (NONTENSOR_SENTINEL, STAMP, UNRECORDED_SENTINEL, digest_name, field_key,
                       is_digest_field, is_non_tensor, is_tensordict, label, leaves,
@@ -170,7 +171,7 @@ class WireGuard:
     def _record(self, path, value, salts, n):
         """The digest column for one leaf: its digests, or a sentinel column (so a select of
         this field still finds a column; the reader counts these rows unverified)."""
-        device = nested.device(value) if isinstance(value, torch.Tensor) else None
+        device = torch_jagged.device(value) if isinstance(value, torch.Tensor) else None
         if is_non_tensor(value) or device is None:
             self._skip("non_tensor")
             return torch.full((n,), NONTENSOR_SENTINEL, dtype=torch.int64)
@@ -256,7 +257,7 @@ class WireGuard:
         field = label(path)
         n = stored.shape[0]
         try:
-            computed = field_digests(value, field, salts.on(nested.device(value)))
+            computed = field_digests(value, field, salts.on(torch_jagged.device(value)))
         except UnsupportedField as u:
             self._skip(u.reason)
             self.counts.add("unverified", field, n)
@@ -319,7 +320,7 @@ def _spread(fn, items: list, salts: _Salts) -> list:
     when every tensor is on the CPU; in order on this thread otherwise, so that accelerator
     work stays on the caller's current stream."""
     values = [item[1] for item in items]
-    if len(items) < 2 or not all(nested.device(v).type == "cpu" for v in values
+    if len(items) < 2 or not all(torch_jagged.device(v).type == "cpu" for v in values
                                  if isinstance(v, torch.Tensor)):
         return [fn(x) for x in items]
     sizes = [_nbytes(v) for v in values]
@@ -337,8 +338,8 @@ def _spread(fn, items: list, salts: _Salts) -> list:
 def _nbytes(value) -> int:
     """A leaf's size, for the order only (0 for anything unusual: never raises)."""
     try:
-        if nested.is_jagged(value):
-            return nested.values(value).nbytes
+        if torch_jagged.is_jagged(value):
+            return torch_jagged.values(value).nbytes
         return value.nbytes
     except Exception:
         return 0
@@ -349,7 +350,7 @@ def _row_lengths(value: torch.Tensor, rows: list[int]) -> list:
     try:
         if value.is_nested:
             if value.layout == torch.jagged:
-                lengths = nested.row_lengths(value).tolist()
+                lengths = torch_jagged.row_lengths(value).tolist()
                 return [lengths[i] for i in rows]
             return [value[i].shape[0] if value[i].dim() else 1 for i in rows]
         return [value.shape[1] if value.dim() > 1 else 1] * len(rows)

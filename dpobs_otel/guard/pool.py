@@ -23,7 +23,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
 
-from .. import nested
+from ..shims import torch_jagged
 
 __all__ = ["run", "submit", "share", "spread", "width", "on_cpu", "pool", "serial_here",
            "WORKERS", "CREW", "SPREAD_MIN_BYTES"]
@@ -117,7 +117,7 @@ def _as_caller(threads: int, fn, *args):
 def on_cpu(value) -> bool:
     """Are all of a TensorDict's tensors on the CPU (anything else: no)?"""
     try:
-        return all(nested.device(v).type == "cpu" for v in value.values(True, True)
+        return all(torch_jagged.device(v).type == "cpu" for v in value.values(True, True)
                    if isinstance(v, torch.Tensor))
     except Exception:
         return False

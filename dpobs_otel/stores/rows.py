@@ -10,7 +10,7 @@ import torch
 
 from tensordict import NonTensorData, NonTensorStack, TensorDict, TensorDictBase
 
-from .. import nested
+from ..shims import torch_jagged
 
 Key = tuple[str, ...]  # a field name, nested keys flattened to a path
 STAMP_KEY = "stamp"  # where a row dict keeps row age's stamp: a str, so never a field's Key
@@ -51,7 +51,7 @@ def split_columns(td: TensorDictBase, prefix: Key = ()) -> dict[Key, list]:
         elif isinstance(v, TensorDictBase):
             out.update(split_columns(v, key))
         elif v.is_nested:
-            if nested.lengths(v) is not None:  # a narrowed view: gather each row's own span
+            if torch_jagged.lengths(v) is not None:  # a narrowed view: gather each row's own span
                 out[key] = [r.clone() for r in v.unbind()]
             else:
                 off = v.offsets()

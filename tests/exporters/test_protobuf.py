@@ -15,8 +15,9 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 import dpobs_otel as dpobs
-from dpobs_otel import names, sdk_private
-from dpobs_otel.exporters import native, protobuf
+from dpobs_otel import names
+from dpobs_otel.exporters import native_histograms, protobuf
+from dpobs_otel.shims import otel_sdk
 
 ACCEPT_2_42 = ("application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;"
                "encoding=delimited;q=0.7,text/plain;version=0.0.4;q=0.3,*/*;q=0.2")
@@ -118,15 +119,15 @@ def test_counters_carry_total_as_prometheus_expects(exercised):
 
 def _index(v: float) -> int:
     """Prometheus's bucket j at schema s holds (2**((j-1)/2**s), 2**(j/2**s)]."""
-    return math.ceil(math.log2(v) * 2 ** native.SCALE)
+    return math.ceil(math.log2(v) * 2 ** native_histograms.SCALE)
 
 
 def test_native_histogram_buckets_hold_each_observation(tel):
     rng = random.Random(7)
     values = [math.exp(rng.gauss(math.log(0.004), 1.5)) for _ in range(2000)]
     values = [v for v in values  # one ulp from a boundary, log2 cannot say which side
-              if abs(math.log2(v) * 2 ** native.SCALE
-                     - round(math.log2(v) * 2 ** native.SCALE)) > 1e-9]
+              if abs(math.log2(v) * 2 ** native_histograms.SCALE
+                     - round(math.log2(v) * 2 ** native_histograms.SCALE)) > 1e-9]
     for v in values:
         tel.op_duration.record(v, tel.op_attrs["get"])
     tel.op_duration.record(0.0, tel.op_attrs["get"])  # a coarse clock's zero
@@ -134,7 +135,7 @@ def test_native_histogram_buckets_hold_each_observation(tel):
              if f.name == names.OP_DURATION_NATIVE_SERIES]
     [m] = [m for m in fam.metric if labels(m) == {"op": "get"}]
     h = m.histogram
-    assert TYPES[fam.type] == "HISTOGRAM" and h.schema == native.SCALE
+    assert TYPES[fam.type] == "HISTOGRAM" and h.schema == native_histograms.SCALE
     assert h.zero_threshold > 0 and h.zero_count == 1 and not h.bucket
     assert h.sample_count == len(values) + 1
     assert h.sample_sum == pytest.approx(sum(values), rel=1e-9)
@@ -151,14 +152,14 @@ def test_wide_range_stays_at_the_pinned_schema(tel):
     [fam] = [f for f in decode(tel.exporters[0].render_protobuf())
              if f.name == names.OP_DURATION_NATIVE_SERIES]
     [m] = [m for m in fam.metric if labels(m) == {"op": "put"}]
-    assert m.histogram.schema == native.SCALE
+    assert m.histogram.schema == native_histograms.SCALE
     assert sorted(native_buckets(m.histogram)) == sorted(
         _index(v) for v in (1e-9, 1e-6, 1e-3, 1.0, 100.0, 1e4))
 
 
 def test_spans_are_runs_of_adjacent_buckets():
-    assert native.spans(((-2, 1), (1, 2), (2, 3), (7, 1))) == [(-2, [1]), (1, [2, 3]), (7, [1])]
-    assert native.spans(()) == []
+    assert native_histograms.spans(((-2, 1), (1, 2), (2, 3), (7, 1))) == [(-2, [1]), (1, [2, 3]), (7, [1])]
+    assert native_histograms.spans(()) == []
 
 
 def test_served_by_accept_header(tel):
@@ -202,7 +203,7 @@ def test_a_push_reader_gets_the_classic_histogram_unchanged():
 
 @pytest.mark.parametrize("temporality", ["CUMULATIVE", "DELTA"])
 def test_the_classic_half_is_the_sdks_explicit_bucket_histogram(temporality):
-    """sdk_private.OpDurationAggregation redoes the SDK's classic update under its lock: its points
+    """otel_sdk.OpDurationAggregation redoes the SDK's classic update under its lock: its points
     must equal the SDK's own aggregation's, record for record, in either temporality (this
     fails first if an SDK upgrade changes the fields it relies on)."""
     from opentelemetry.sdk.metrics import Histogram, MeterProvider
@@ -226,6 +227,6 @@ def test_the_classic_half_is_the_sdks_explicit_bucket_histogram(temporality):
                                                                        "native")})
         provider.shutdown()
         return out
-    assert points(sdk_private.op_duration_aggregation(names.OP_BUCKETS, native.SCALE,
-                                                      native.with_native)) == \
+    assert points(otel_sdk.op_duration_aggregation(names.OP_BUCKETS, native_histograms.SCALE,
+                                                   native_histograms.with_native)) == \
         points(ExplicitBucketHistogramAggregation(boundaries=names.OP_BUCKETS))

@@ -15,7 +15,7 @@ import tensordict
 import torch
 from tensordict import NonTensorData, NonTensorStack, TensorDict, TensorDictBase
 
-from dpobs_otel import nested
+from dpobs_otel.shims import torch_jagged
 
 HOWS = ("tensordict", "by_field")
 TD_SLICES_JAGGED = tuple(int(p) for p in tensordict.__version__.split(".")[:2]) >= (0, 15)
@@ -45,7 +45,7 @@ def by_field(td: TensorDictBase, index) -> TensorDict:
             out.set(key, NonTensorStack.from_list([values[i] for i in rows]))
         elif isinstance(value, TensorDictBase):
             out.set(key, by_field(value, index))
-        elif nested.is_jagged(value):
+        elif torch_jagged.is_jagged(value):
             out.set(key, _jagged_rows(value, index, rows))
         else:
             out.set(key, value[index if isinstance(index, slice) else torch.tensor(rows)])
@@ -58,9 +58,9 @@ def row_numbers(n: int, index):
 
 
 def _jagged_rows(nt: torch.Tensor, index, rows) -> torch.Tensor:
-    if isinstance(index, slice) and nested.tiles_values(nt) and rows.step == 1:
+    if isinstance(index, slice) and torch_jagged.tiles_values(nt) and rows.step == 1:
         # a view: the same values buffer, offsets of just these rows
-        off = nested.offsets(nt)[rows.start:rows.stop + 1]
-        return torch.nested.nested_tensor_from_jagged(nested.values(nt), off)
+        off = torch_jagged.offsets(nt)[rows.start:rows.stop + 1]
+        return torch.nested.nested_tensor_from_jagged(torch_jagged.values(nt), off)
     parts = nt.unbind()
     return torch.nested.as_nested_tensor([parts[i] for i in rows], layout=torch.jagged)

@@ -1,9 +1,9 @@
-"""What the installed OpenTelemetry SDK offers dpobs's fast paths (sdk_private.py)."""
+"""What the installed OpenTelemetry SDK offers dpobs's fast paths (otel_sdk.py)."""
 from __future__ import annotations
 
-from dpobs_otel import sdk_private
+from dpobs_otel.shims import otel_sdk
 
-N = sdk_private.NAMES
+N = otel_sdk.NAMES
 
 
 def knows_fast_paths(histogram) -> bool:

@@ -14,7 +14,7 @@ import pytest
 from helpers import fakeprom
 
 import dpobs_otel as dpobs
-from dpobs_otel.exporters.native import SCALE, ZERO_THRESHOLD
+from dpobs_otel.exporters.native_histograms import SCALE, ZERO_THRESHOLD
 from dpobs_otel.readback import cluster, native
 from dpobs_otel.readback.cluster import ClusterView
 

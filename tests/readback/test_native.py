@@ -12,7 +12,7 @@ from google.protobuf.internal.encoder import _VarintBytes
 from helpers.protodecode import CLASSES
 
 from dpobs_otel import names
-from dpobs_otel.exporters.native import SCALE
+from dpobs_otel.exporters.native_histograms import SCALE
 from dpobs_otel.readback import native
 
 

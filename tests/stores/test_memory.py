@@ -6,7 +6,8 @@ from helpers.payloads import three_rows as _batch  # the Mooncake tests mirror t
 from helpers.rowsel import HOWS, row_numbers, take_rows
 from tensordict import NonTensorData, NonTensorStack, TensorDict, is_non_tensor
 
-from dpobs_otel import InMemoryDataPlane, connect_store, nested, serve_store
+from dpobs_otel import InMemoryDataPlane, connect_store, serve_store
+from dpobs_otel.shims import torch_jagged
 
 IDS = ["a", "b", "c"]
 
@@ -155,12 +156,12 @@ def test_row_subsets_of_a_jagged_batch_round_trip(how, subset):
     rows = row_numbers(5, SUBSETS[subset])
     sub = take_rows(_five_rows(), SUBSETS[subset], how)
     if how == "by_field" and isinstance(SUBSETS[subset], slice):  # a view of all five rows
-        assert nested.offsets(sub["tok"])[0] > 0
-        assert nested.values(sub["tok"]).numel() == sum(map(len, TOK))
+        assert torch_jagged.offsets(sub["tok"])[0] > 0
+        assert torch_jagged.values(sub["tok"]).numel() == sum(map(len, TOK))
     ids = [f"r{i}" for i in rows]
     s = InMemoryDataPlane()
     s.put_samples(ids, "p", sub)
-    nested.values(sub["tok"]).add_(100)  # the store kept its own copy of just these rows
+    torch_jagged.values(sub["tok"]).add_(100)  # the store kept its own copy of just these rows
     back = ids[::-1]
     out = s.get_samples(back, "p")
     want = [TOK[int(sid[1:])] for sid in back]

@@ -1,5 +1,5 @@
 """What an asyncio task is waiting for. CPython offers no public way to ask, so this is the
-one place that reads asyncio's internals (tests/test_asyncio_waits.py pins each one):
+one place that reads asyncio's internals (tests/shims/test_asyncio_tasks.py pins each one):
 
 - `Task._fut_waiter`: the future a suspended task waits on;
 - `_GatheringFuture._children`: what an `asyncio.gather` waits on;

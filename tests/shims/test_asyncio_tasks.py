@@ -1,10 +1,10 @@
-"""asyncio_waits.py reads asyncio's internals (no public API says what a task awaits): each
+"""asyncio_tasks.py reads asyncio's internals (no public API says what a task awaits): each
 one it relies on is pinned here, so a Python that changes them fails this file first."""
 from __future__ import annotations
 
 import asyncio
 
-from dpobs_otel import asyncio_waits
+from dpobs_otel.shims import asyncio_tasks
 
 
 def run_probe(how: str) -> tuple[bool, bool]:
@@ -19,8 +19,8 @@ def run_probe(how: str) -> tuple[bool, bool]:
             await asyncio.sleep(0)  # let the awaiting task suspend first
             await asyncio.sleep(0)
             here = asyncio.current_task()
-            seen["awaited"] = asyncio_waits.awaits(me, here)
-            seen["other"] = asyncio_waits.awaits(bystander, here)
+            seen["awaited"] = asyncio_tasks.awaits(me, here)
+            seen["other"] = asyncio_tasks.awaits(bystander, here)
             return 1
 
         async def idle():
@@ -79,4 +79,4 @@ def test_the_internals_it_reads_exist():
 
 
 def test_current_task_outside_a_loop_is_none():
-    assert asyncio_waits.current_task() is None
+    assert asyncio_tasks.current_task() is None

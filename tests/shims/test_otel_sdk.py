@@ -1,4 +1,4 @@
-"""sdk_private.py: each private name of the OpenTelemetry SDK and exporter taken away in turn
+"""otel_sdk.py: each private name of the OpenTelemetry SDK and exporter taken away in turn
 (its spelling in the module's tables changed, as a release that renamed it would leave it):
 dpobs still counts every op exactly, and only the native family may go, said in the log and in
 dpobs_instrumentation_errors_total{component="otel_sdk"}."""
@@ -13,33 +13,34 @@ from helpers import scrape, value
 from tensordict import TensorDict
 
 import dpobs_otel as dpobs
-from dpobs_otel import names, sdk_private
+from dpobs_otel import names
+from dpobs_otel.shims import otel_sdk
 from dpobs_otel.exporters import protobuf
 
 # Without these the op duration has no native buckets; without the others, a slower path.
 NATIVE_NEEDS = {"histogram_aggregation", "create_aggregation", "empty_buckets",
-                "sample_exemplar", "receive_metrics", *sdk_private.AGGREGATION_FIELDS}
-CASES = ([("NAMES", r) for r in sdk_private.NAMES] + [("OWNED", r) for r in sdk_private.OWNED]
-         + [("AGGREGATION_FIELDS", f) for f in sdk_private.AGGREGATION_FIELDS])
+                "sample_exemplar", "receive_metrics", *otel_sdk.AGGREGATION_FIELDS}
+CASES = ([("NAMES", r) for r in otel_sdk.NAMES] + [("OWNED", r) for r in otel_sdk.OWNED]
+         + [("AGGREGATION_FIELDS", f) for f in otel_sdk.AGGREGATION_FIELDS])
 ROWS, ROUNDS = 4, 5
 
 
 @pytest.fixture
 def gone(monkeypatch):
-    """Takes one name away: its spelling in sdk_private's tables made one no SDK has."""
+    """Takes one name away: its spelling in otel_sdk's tables made one no SDK has."""
     def take(table: str, role: str) -> None:
         if table == "NAMES":
-            monkeypatch.setitem(sdk_private.NAMES, role, "_dpobs_renamed")
+            monkeypatch.setitem(otel_sdk.NAMES, role, "_dpobs_renamed")
         elif table == "OWNED":
-            module, _ = sdk_private.OWNED[role]
-            monkeypatch.setitem(sdk_private.OWNED, role, (module, "_dpobs_renamed"))
+            module, _ = otel_sdk.OWNED[role]
+            monkeypatch.setitem(otel_sdk.OWNED, role, (module, "_dpobs_renamed"))
         else:
-            monkeypatch.setattr(sdk_private, "AGGREGATION_FIELDS", tuple(
-                "_dpobs_renamed" if f == role else f for f in sdk_private.AGGREGATION_FIELDS))
-        sdk_private.reset()
+            monkeypatch.setattr(otel_sdk, "AGGREGATION_FIELDS", tuple(
+                "_dpobs_renamed" if f == role else f for f in otel_sdk.AGGREGATION_FIELDS))
+        otel_sdk.reset()
     yield take
     monkeypatch.undo()
-    sdk_private.reset()
+    otel_sdk.reset()
 
 
 def _workload(tel) -> dict[str, int]:
@@ -103,7 +104,7 @@ def test_each_private_name_taken_away_leaves_every_count_exact(gone, caplog, tab
 
 
 def test_nothing_falls_back_on_the_sdk_the_suite_runs(caplog):
-    sdk_private.reset()
+    otel_sdk.reset()
     with caplog.at_level(logging.WARNING, logger="dpobs_otel"):
         tel = dpobs.start(role="sdk", rank=0, port=0, row_age=True)
         try:
@@ -111,8 +112,8 @@ def test_nothing_falls_back_on_the_sdk_the_suite_runs(caplog):
             assert names.OP_DURATION_NATIVE_SERIES.encode() in _native_families(tel)
         finally:
             tel.shutdown()
-    if sdk_private.degradations():  # the floor's SDK (1.38) has no bound path: said, no more
-        assert set(sdk_private.degradations()) <= {"the op duration's bound record",
+    if otel_sdk.degradations():  # the floor's SDK (1.38) has no bound path: said, no more
+        assert set(otel_sdk.degradations()) <= {"the op duration's bound record",
                                                     "the row-age bulk add",
                                                     "the reader's own registry"}
 
@@ -137,7 +138,7 @@ def test_a_histogram_that_raises_costs_the_op_nothing_else(monkeypatch):
 def test_an_exporter_without_registry_keeps_each_process_on_its_own(monkeypatch):
     from prometheus_client import REGISTRY, CollectorRegistry
 
-    from dpobs_otel.exporters.native import NativeReader
+    from dpobs_otel.exporters.native_histograms import NativeReader
 
     class Old(NativeReader):
         def __init__(self):
@@ -146,15 +147,15 @@ def test_an_exporter_without_registry_keeps_each_process_on_its_own(monkeypatch)
             except TypeError:  # an old exporter (the floor's)
                 super().__init__()
 
-    sdk_private.reset()
+    otel_sdk.reset()
     mine = CollectorRegistry()
-    reader, serving = sdk_private.prometheus_reader(Old, mine)
+    reader, serving = otel_sdk.prometheus_reader(Old, mine)
     assert serving is not REGISTRY
-    collector = getattr(reader, sdk_private.NAMES["collector"])
+    collector = getattr(reader, otel_sdk.NAMES["collector"])
     assert collector in serving._collector_to_names
     assert collector not in REGISTRY._collector_to_names
-    assert "the reader's own registry" in sdk_private.degradations()
-    sdk_private.release_reader(reader)
+    assert "the reader's own registry" in otel_sdk.degradations()
+    otel_sdk.release_reader(reader)
     assert collector in REGISTRY._collector_to_names  # back where the old shutdown finds it
     REGISTRY.unregister(collector)
-    sdk_private.reset()
+    otel_sdk.reset()

@@ -36,7 +36,8 @@ from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.sdk.metrics.export import (AggregationTemporality, HistogramDataPoint,
                                               Metric, MetricsData)
 
-from .. import names, sdk_private
+from .. import names
+from ..shims import otel_sdk
 from . import protobuf
 
 SCALE = 4
@@ -61,7 +62,7 @@ class NativeHistogramDataPoint(HistogramDataPoint):
 
 def with_native(point: HistogramDataPoint, counts: dict) -> NativeHistogramDataPoint:
     """The classic point with the native buckets `counts` ({j: count}, None: the zero
-    bucket) beside it; their sum is the point's (sdk_private's aggregation keeps one)."""
+    bucket) beside it; their sum is the point's (otel_sdk's aggregation keeps one)."""
     zero = counts.pop(None, 0)
     native = Native(zero + sum(counts.values()), point.sum, zero, tuple(sorted(counts.items())))
     return NativeHistogramDataPoint(
@@ -71,7 +72,7 @@ def with_native(point: HistogramDataPoint, counts: dict) -> NativeHistogramDataP
 class NativeReader(PrometheusMetricReader):
     """A PrometheusMetricReader that also keeps each collection's native histograms for the
     protobuf exposition: one collect feeds both expositions, so they show one instant. (Its
-    one override is the SDK's private hook, named in sdk_private.OWNED; an exporter without
+    one override is the SDK's private hook, named in otel_sdk.OWNED; an exporter without
     it never calls this, and the native families are absent.)"""
 
     def __init__(self, **kwargs):
@@ -81,8 +82,8 @@ class NativeReader(PrometheusMetricReader):
 
     @classmethod
     def on(cls, registry) -> tuple["NativeReader", object]:
-        """(a reader on `registry`, the registry that serves it: sdk_private.prometheus_reader)."""
-        return sdk_private.prometheus_reader(cls, registry)
+        """(a reader on `registry`, the registry that serves it: otel_sdk.prometheus_reader)."""
+        return otel_sdk.prometheus_reader(cls, registry)
 
     def _receive_metrics(self, metrics_data: MetricsData, timeout_millis: float = 10_000,
                          **kwargs) -> None:
@@ -103,7 +104,7 @@ class NativeReader(PrometheusMetricReader):
                         if not wanted or name in wanted)
 
     def shutdown(self, *args, **kwargs):
-        sdk_private.release_reader(self)
+        otel_sdk.release_reader(self)
         return super().shutdown(*args, **kwargs)
 
 
@@ -119,7 +120,7 @@ def _name(m: Metric) -> str:
 
 def encode(name: str, help_text: str, points) -> bytes:
     """Data points carrying native histograms as one delimited MetricFamily."""
-    body = [protobuf.metric({sdk_private.sanitize_attribute(k): str(v) for k, v in p.attributes.items()},
+    body = [protobuf.metric({otel_sdk.sanitize_attribute(k): str(v) for k, v in p.attributes.items()},
                             protobuf.HISTOGRAM, _native_body(p.native))
             for p in points if p.native is not None]
     return protobuf.family(name, help_text, protobuf.HISTOGRAM, body)

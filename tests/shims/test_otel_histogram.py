@@ -1,4 +1,4 @@
-"""bound.py: the op duration recorded straight into the SDK's aggregations holds exactly what
+"""shims/otel_histogram.py: the op duration recorded straight into the SDK's aggregations holds exactly what
 `Histogram.record` would, in every reader, across collections; where that could differ it
 falls back to `record`."""
 from __future__ import annotations
@@ -68,7 +68,7 @@ def test_bound_and_record_hold_the_same_points_across_collections(pair):
             count, total, lo, hi, classic, native = a[op]
             assert (count, lo, hi, classic, native) == (b[op][0], *b[op][2:]), (rnd, op)
             assert total == pytest.approx(b[op][1], rel=1e-12)
-    # every op after its first went the direct way, on an SDK whose internals bound.py knows
+    # every op after its first went the direct way, on an SDK whose internals otel_histogram.py knows
     assert all(bound.op_records[op]._adds for op in a) == knows_fast_paths(bound.op_duration)
 
 

@@ -2,7 +2,7 @@
 
 torch.nested's public accessors (numel, nbytes, values(), offsets()) dispatch through
 __torch_function__ and cost tens of microseconds on the hot path; the attributes below answer
-in well under one. Each is pinned by tests/test_nested.py on the pinned torch, so an upgrade
+in well under one. Each is pinned by tests/shims/test_torch_jagged.py on the pinned torch, so an upgrade
 that changes their meaning fails there, not as wrong byte counts or digests.
 
 - values: the packed buffer of every row, leading dim = sum of the row lengths it spans. It

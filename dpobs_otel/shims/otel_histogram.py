@@ -7,19 +7,19 @@ reader, on every op; that dispatch was most of dpobs's cost per op (docs/perform
 Nothing about it changes between two ops of the same name, so after the first record of an
 op the aggregations it reached are kept, and later ops add to them directly. What the SDK
 collects and every reader exports is unchanged: the same aggregation objects, updated the
-same way (sdk_private.py `NativeAggregation.add`).
+same way (otel_sdk.py `NativeAggregation.add`).
 
 It binds only where that is exact, and otherwise keeps calling `record`: every reader's
 match keeps its aggregations across collections (none resets them for delta temporality),
 every aggregation is ours, exemplars are off (Telemetry's MeterProvider turns them off),
 the instrument is enabled, and the attribute set is under the cardinality limit. A reader
 added later replaces the storages the binding was made on: checked on each call. The binding
-reads the SDK's private names, so it lives in sdk_private.py; where they are not as known,
+reads the SDK's private names, so it lives in otel_sdk.py; where they are not as known,
 every op takes `record`.
 """
 from __future__ import annotations
 
-from .sdk_private import BoundRecord
+from .otel_sdk import BoundRecord
 
 
 class OpRecords(dict):

@@ -5,7 +5,7 @@ Why private names: `Histogram.record` pays the SDK's whole dispatch on every op
 (docs/performance.md), native histograms need an aggregation the SDK lacks, and exporters
 before 0.63b0 take no `registry=`. Why one module: a release that renames one (nothing
 promises they stay) must cost a fallback, never an import error or a lost op. Each name is
-spelled once, in NAMES, AGGREGATION_FIELDS or OWNED, so tests/test_sdk_private.py can take
+spelled once, in NAMES, AGGREGATION_FIELDS or OWNED, so tests/shims/test_otel_sdk.py can take
 each away in turn. What a missing one costs (logged once per process; counted in every
 Telemetry under names.OTEL_SDK_COMPONENT):
 - the bound record or the row-age bulk add: `Histogram.record` per value (slower, same data);
@@ -27,7 +27,7 @@ from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter
 from opentelemetry.sdk.metrics.export import AggregationTemporality
 from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation
 
-from .names import COMPONENT_HISTOGRAM
+from ..names import COMPONENT_HISTOGRAM
 
 log = logging.getLogger("dpobs_otel")
 CUMULATIVE = AggregationTemporality.CUMULATIVE
@@ -128,7 +128,7 @@ _UNBINDABLE = ()  # tried: `record` it is
 
 class BoundRecord:
     """`record(value)` of one histogram and attribute set, straight into the SDK's
-    aggregation objects once the SDK has made them (see bound.py for why and when)."""
+    aggregation objects once the SDK has made them (see otel_histogram.py for why and when)."""
     __slots__ = ("_instrument", "_attrs", "_storages", "_adds", "_current", "_on_error")
 
     def __init__(self, instrument, attributes: dict, on_error=None):
@@ -228,7 +228,8 @@ def bulk_add(agg, counts: list, total: float, low: float, top: float) -> None:
 # -- the op duration's aggregation: classic and native buckets -------------------------------
 def _native_class(scale: int | None = None, finish=None):
     """The SDK's explicit-bucket aggregation with native buckets at `scale` beside it, its
-    cumulative points finished by finish(point, {j: count}) (exporters/native.with_native);
+    cumulative points finished by finish(point, {j: count})
+    (exporters/native_histograms.with_native);
     made once, then returned without arguments. None where the SDK's class or one of its
     fields is not as known (one observation through a fresh instance must come out right)."""
     cached = getattr(_native_class, "cache", None)
@@ -321,7 +322,7 @@ class _NoExemplars:
 
 class OpDurationAggregation(ExplicitBucketHistogramAggregation):
     """The op duration View's aggregation: classic buckets for every reader, native ones at
-    exporters/native.SCALE for NativeReader (see op_duration_aggregation)."""
+    exporters/native_histograms.SCALE for NativeReader (see op_duration_aggregation)."""
 
     def _create_aggregation(self, instrument, attributes, reservoir_factory,
                             start_time_unix_nano):
