@@ -146,4 +146,38 @@ def length(intervals) -> float:
     return sum(b - a for a, b in intervals)
 
 
-# -- the processes -----------------------------------------------------------------------
+# -- arithmetic over truths (the report, compare and the tests) ----------------------------
+def merge(truths) -> dict:
+    out = {"steps": 0, "step_s": 0.0, "busy_s": 0.0, "exposed_s": 0.0, "bytes": {}, "ops": {}}
+    for t in truths:
+        for k in ("steps", "step_s", "busy_s", "exposed_s"):
+            out[k] += t[k]
+        for k, v in t["bytes"].items():
+            out["bytes"][k] = out["bytes"].get(k, 0) + v
+        for op, d in t["ops"].items():
+            out["ops"].setdefault(op, Durations()).merge(d)
+    return out
+
+
+def dp_seconds(t: dict) -> float:
+    return sum(d.total for d in t["ops"].values())
+
+
+def frac_of_step(t: dict) -> float:
+    return dp_seconds(t) / t["step_s"] if t["step_s"] else 0.0
+
+
+def op_shares(t: dict) -> dict[str, float]:
+    total = dp_seconds(t)
+    return {op: d.total / total for op, d in t["ops"].items()} if total else {}
+
+
+def quantile(values, q: float) -> float:
+    """Linear interpolation between closest ranks (of a Durations' sample, or a list)."""
+    v = sorted(getattr(values, "kept", values))
+    if not v:
+        return float("nan")
+    x = q * (len(v) - 1)
+    lo = int(x)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (x - lo)

@@ -49,15 +49,6 @@ class Seen:
         self._held[key] = (_weak(tensor), kind)
         return True
 
-    # A transfer's raw regions (transfers.py): moved memory that stays counted for the sync
-    # (a later note of the same tensor pairs with it).
-    def __contains__(self, key) -> bool:
-        ref, _ = self._held.get(key, (None, None))
-        return ref is not None and ref() is not None
-
-    def add(self, key) -> None:
-        self._held[key] = (_ALIVE, "moved")
-
 
 def _ALIVE():
     return True

@@ -19,7 +19,7 @@ from dpobs_otel.config import Settings
 from dpobs_otel.weights import Weights
 from dpobs_otel.weights.sync import Sync
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 PAGES_DIR = REPO / "docs" / "frameworks"
 INDEX = PAGES_DIR / "README.md"
 PAGES = ("verl", "nemo-rl", "openrlhf", "slime", "trl")
