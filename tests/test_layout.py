@@ -1,9 +1,11 @@
-"""The package shows its layers (DESIGN.md "Layout"), and stays readable: short modules and
-functions, every test module in the tree that mirrors the package, tests and benchmarks that
-import what they use by name (no sys.path edits, no test module imported as a library)."""
+"""The package shows its layers (DESIGN.md "Layout") and README's layout list names every
+module in it, and the package stays readable: short modules and functions, every test module
+in the tree that mirrors the package, tests and benchmarks that import what they use by name
+(no sys.path edits, no test module imported as a library)."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -105,3 +107,46 @@ def test_test_folders_mirror_package_folders():
         if rel.parts[0] in ("helpers", "__pycache__") or "__pycache__" in rel.parts:
             continue
         assert (PKG / rel).is_dir(), f"tests/{rel} matches no package folder dpobs_otel/{rel}"
+
+
+def _readme_layout() -> dict[str, set[str]]:
+    """README's layout list as {folder under dpobs_otel/, "" for the top: its modules named}.
+    A line at six spaces opens an entry: a folder (`guard/`, `adapters/verl/`), or the top level
+    when its first word is not one; deeper lines continue the entry. Its modules are the bare
+    `name.py` words (a path such as guard/reference.py points elsewhere and is not counted)."""
+    section = (REPO / "README.md").read_text().split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
+    listed: dict[str, set[str]] = {}
+    folder = None
+    for line in section.split("\n    dpobs_otel/\n", 1)[1].splitlines():
+        indent = len(line) - len(line.lstrip())
+        if indent < 6:
+            break
+        if indent == 6:
+            first = line.split()[0]
+            folder = first.rstrip("/") if first.endswith("/") else ""
+        listed.setdefault(folder, set()).update(
+            re.findall(r"(?<![\w/.*-])([a-z_][a-z0-9_]*)\.py\b", line))
+    return listed
+
+
+def _package_layout() -> dict[str, set[str]]:
+    """Every package under dpobs_otel/ ("" for the top) with its modules, __init__ aside."""
+    out = {}
+    for init in PKG.rglob("__init__.py"):
+        folder = init.parent.relative_to(PKG).as_posix()
+        out["" if folder == "." else folder] = {
+            p.stem for p in init.parent.glob("*.py") if p.name != "__init__.py"}
+    return out
+
+
+def test_the_readme_layout_lists_every_module_and_only_those():
+    listed, found = _readme_layout(), _package_layout()
+    assert set(listed) == set(found), (
+        f"packages missing from README's layout: {sorted(set(found) - set(listed))}; "
+        f"listed but not on disk: {sorted(set(listed) - set(found))}")
+    for folder in sorted(found):
+        where = f"dpobs_otel/{folder}/" if folder else "dpobs_otel/ (the top level)"
+        assert found[folder] <= listed[folder], (
+            f"{where}: README's layout misses {sorted(found[folder] - listed[folder])}")
+        assert listed[folder] <= found[folder], (
+            f"{where}: README's layout lists {sorted(listed[folder] - found[folder])}, not on disk")
