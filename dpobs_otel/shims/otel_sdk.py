@@ -228,8 +228,7 @@ def bulk_add(agg, counts: list, total: float, low: float, top: float) -> None:
 # -- the op duration's aggregation: classic and native buckets -------------------------------
 def _native_class(scale: int | None = None, finish=None):
     """The SDK's explicit-bucket aggregation with native buckets at `scale` beside it, its
-    cumulative points finished by finish(point, {j: count})
-    (exporters/native_histograms.with_native);
+    cumulative points finished by finish(point, {j: count}) (native_histograms.with_native);
     made once, then returned without arguments. None where the SDK's class or one of its
     fields is not as known (one observation through a fresh instance must come out right)."""
     cached = getattr(_native_class, "cache", None)
