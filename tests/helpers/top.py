@@ -6,6 +6,7 @@ import io
 import re
 import socket
 
+from dpobs_otel.top.prometheus import RulesSource
 from dpobs_otel.top.view import frame
 
 
@@ -46,3 +47,18 @@ def refused_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]  # closed again: connecting is refused
+
+
+class Canned(RulesSource):
+    """What a Prometheus answers (series: expr -> [(labels, value)]; nothing else, no alerts),
+    without one."""
+
+    def __init__(self, series: dict[str, list[tuple[dict, float]]]):
+        super().__init__("http://127.0.0.1:1")
+        self.series = series
+
+    def query(self, expr):
+        return self.series.get(expr, [])
+
+    def _alerts(self):
+        return []

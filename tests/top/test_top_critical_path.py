@@ -10,8 +10,7 @@ from dpobs_otel import names
 from dpobs_otel.readback import scrape
 from dpobs_otel.top import direct
 from dpobs_otel.top.model import stragglers
-from dpobs_otel.top.prometheus import RulesSource
-from helpers.top import number, table, text
+from helpers.top import Canned, number, table, text
 
 JOB = "j"
 
@@ -93,25 +92,12 @@ def test_file_sd_source_computes_busy_exposed_and_names_the_straggler(monkeypatc
     assert number(by_rank["1"]["exposed"]) == pytest.approx(0.1, abs=5e-4)
 
 
-class CannedRules(RulesSource):
-    """The rule series a Prometheus would answer, without one."""
-
-    def __init__(self, series: dict[str, list[tuple[dict, float]]]):
-        super().__init__("http://127.0.0.1:1")
-        self.series = series
-
-    def query(self, expr):
-        return self.series.get(expr, [])
-
-    def _alerts(self):
-        return []
-
 
 def test_prometheus_source_reads_the_rules_and_names_the_straggler():
     def proc(rank):
         return {"job": JOB, "node": f"n{rank}", "instance": f"h{rank}:9000",
                 "role": "trainer", "rank": str(rank)}
-    src = CannedRules({
+    src = Canned({
         'up{role!=""}': [(proc(r), 1.0) for r in range(3)],
         names.INSTANCE_BUSY_FRAC_OF_STEP: [(proc(0), 0.5), (proc(1), 0.25), (proc(2), 0.75)],
         names.INSTANCE_EXPOSED_FRAC_OF_STEP: [(proc(0), 0.125), (proc(1), 0.0),

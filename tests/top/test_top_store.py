@@ -7,24 +7,10 @@ import pytest
 
 from dpobs_otel import names
 from dpobs_otel.top import store
-from dpobs_otel.top.prometheus import RulesSource
-from helpers.top import number, table, text
+from helpers.top import Canned, number, table, text
 
 TITLE = "The store's own account"
 
-
-class Canned(RulesSource):
-    """What a Prometheus answers the store's records (and nothing else), without one."""
-
-    def __init__(self, series: dict[str, list[tuple[dict, float]]]):
-        super().__init__("http://127.0.0.1:1")
-        self.series = series
-
-    def query(self, expr):
-        return self.series.get(expr, [])
-
-    def _alerts(self):
-        return []
 
 
 def per_op(job: str, **values: float) -> list[tuple[dict, float]]:

@@ -13,8 +13,7 @@ import yaml
 from dpobs_otel import names
 from dpobs_otel.readback import scrape
 from dpobs_otel.top import direct, weights
-from dpobs_otel.top.prometheus import RulesSource
-from helpers.top import number, table, text
+from helpers.top import Canned, number, table, text
 
 JOB = "w"
 SYNC = names.WEIGHTS_SYNC_DURATION_SERIES
@@ -154,26 +153,13 @@ def _proc(role: str, rank: str, node: str) -> dict:
             "rank": rank}
 
 
-class CannedWeights(RulesSource):
-    """What a Prometheus answers the weight queries (and nothing else), without one."""
-
-    def __init__(self, series: dict[str, list[tuple[dict, float]]]):
-        super().__init__("http://127.0.0.1:1")
-        self.series = series
-
-    def query(self, expr):
-        return self.series.get(expr, [])
-
-    def _alerts(self):
-        return []
-
 
 def test_prometheus_source_reads_per_process_weight_queries():
     trainer, r0, r1 = (_proc("trainer", "0", "n1"), _proc("rollout", "0", "n1"),
                        _proc("rollout", "1", "n2"))
     send, recv = {"side": "send"}, {"side": "receive"}
     q = weights.SIDE_QUERIES | weights.PROCESS_QUERIES
-    src = CannedWeights({
+    src = Canned({
         q["version"]: [(trainer | send, 9.0), (r0 | recv, 9.0), (r1 | recv, 6.0)],
         q["mean_s"]: [(trainer | send, 3.5), (r0 | recv, 2.5)],
         q["bytes_per_s"]: [(trainer | send, 2e9), (r0 | recv, 1.6e9)],
