@@ -78,12 +78,13 @@ class CriticalPath:
         # What totals() last handed out. An op's end time is read before end() takes the
         # lock, so a reading in between counts the interval up to its own later clock; the
         # counters must never go back (Prometheus reads any decrease as a reset and adds the
-        # whole value to the rate: busy_frac read 10% high on TransferQueue that way).
+        # whole value to the rate: busy_frac read high on TransferQueue that way; the figure
+        # is in docs/performance.md, "Time on the critical path").
         self._reported = (0.0, 0.0)
 
     # -- ops ----------------------------------------------------------------------------
     # begin() and end() run on every op: one short lock hold each, taken with
-    # acquire/release (about half the cost of `with` here). Events arrive in time order but
+    # acquire/release (cheaper than `with`: docs/performance.md). Events arrive in time order but
     # for the instant between reading the clock and taking the lock.
     def begin(self, t1: float) -> Step | None:
         """An op's measured interval starts at t1. Returns the step it exposes (the caller
@@ -94,7 +95,8 @@ class CriticalPath:
         """begin() at a clock it reads itself once it holds the lock: (step, t1). What begin
         waited for (the lock, the GIL behind it) and the step lookup stay outside the op's
         measured interval, which is the store call's (in the demo, begin(perf_counter())
-        put 11 us per op, and up to 0.9 ms under load, inside the op's duration)."""
+        put that work, and a lost core's wait, inside the op's duration: the figures are in
+        docs/native-histograms.md)."""
         return self._begin(None)
 
     def _begin(self, t1: float | None) -> tuple[Step | None, float]:

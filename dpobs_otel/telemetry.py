@@ -159,7 +159,8 @@ class Telemetry(TelemetryInterface):
 
     # Busy and exposed appear with the step histogram, at the first step's end: a series born
     # earlier at 0 would count the first step in its rate while the step sum's first sample
-    # already holds it, and their ratio read 7% high over a short run's window.
+    # already holds it, and their ratio read high over a short run's window (the figure is in
+    # docs/performance.md, "Time on the critical path").
     def _obs_busy(self):
         return [Observation(self.critical.totals()[0])] if self.stats.steps else []
 

@@ -2,9 +2,10 @@
 its classic explicit buckets by the same aggregation, and written as a Prometheus native
 histogram in the protobuf exposition.
 
-Why not a second, exponential-bucket View: measured with benchmarks/overhead.py, a second
-View on the op duration (any kind: the SDK's per-stream attribute handling is most of it; its
-exponential aggregation adds to that) cost +9.5 us per op, P1 0.47 -> 0.70. So the one View
+Why not a second, exponential-bucket View: a second View on the op duration (any kind: the
+SDK's per-stream attribute handling is most of it; its exponential aggregation adds to that)
+cost more per op than the rest of dpobs's record (docs/native-histograms.md, "How a process
+serves it, and what it costs", has the figure and its command). So the one View
 the op duration already has gets an aggregation that is the SDK's explicit-bucket one plus a
 bucket index and a dict increment per record; its data points carry the native buckets to our
 reader (NativeReader), which takes them out for the protobuf exposition and passes the classic
@@ -12,15 +13,14 @@ histogram on, unchanged, to the OpenTelemetry Prometheus exporter (which never s
 it cannot render) and to any push exporter (OTLP gets the classic histogram).
 
 Schema 4: neighbouring bounds 2**(1/16) apart, 53 buckets per decade, worst-case relative
-error inside a bucket 4.4% (quantiles interpolate inside it, so a smooth latency lands within
-~1%, and even the p99 of 100 calls, whose rank falls between two sparse observations, stays
-inside one 4.4% bucket). Schema 3 (27 per decade, 9.05%) put the demo's p99s of 200-call ops
-up to 4.6% off, too close to the 5% this must hold; schema 5 doubles the buckets again for
-error the interpolation already hides. The cost is the buckets that hold observations: an op
-spanning one decade has ~53, in one series per process (a few bytes each in the protobuf
-exposition, where the classic histogram takes 18 series per op); 1 us..100 s at most 426. The
-schema is a constant, not an SDK scale that can fall: a sum across processes falls to the
-lowest schema among them, so every process must use the same one.
+error inside a bucket 4.4% (quantiles interpolate inside it, and even a sparse tail's stays
+inside one bucket). Schema 3 (27 per decade, 9.05%) put the demo's p99s too close to the 5%
+this must hold; schema 5 doubles the buckets again for error the interpolation already hides
+(the demo's figures: docs/native-histograms.md). The cost is the buckets that hold
+observations: an op spanning one decade has ~53, in one series per process (a few bytes each
+in the protobuf exposition, where the classic histogram takes 18 series per op); 1 us..100 s
+at most 426. The schema is a constant, not an SDK scale that can fall: a sum across
+processes falls to the lowest schema among them, so every process must use the same one.
 
 Prometheus's bucket j at schema s is (2**((j-1)/2**s), 2**(j/2**s)] (OpenTelemetry's index
 is j - 1 for the same bucket). A duration of exactly 0 (a coarse clock) goes to the zero

@@ -1,10 +1,11 @@
 """The per-process ring of spans: ops, steps and waits, kept as compact records.
 
 The hot path appends one tuple to a bounded deque (thread-safe in CPython, the oldest record
-dropped when full): building an OpenTelemetry SDK span per op costs about 30 us here, three
-times the budget, so SDK spans are made from the records off the hot path, only when an
-OTLP exporter asks for them (otlp.py). Times are the caller's perf_counter() readings,
-turned into wall-clock nanoseconds when the ring is read.
+dropped when full): building an OpenTelemetry SDK span per op costs more than the whole
+per-op budget (docs/timeline.md, "The ring", has the figure and its command), so SDK spans
+are made from the records off the hot path, only when an OTLP exporter asks for them
+(otlp.py). Times are the caller's perf_counter() readings, turned into wall-clock
+nanoseconds when the ring is read.
 
 Sampling is per step: a step is traced when its number (1-based, the process's count of
 steps since start) is 1 modulo `every`. An op belongs to the step its thread or task opened
