@@ -307,7 +307,7 @@ def _prometheus_lines(stack: Stack, measured: dict, cfg: Config) -> list[str]:
 
 def _alert(labels: dict) -> str:
     where = " ".join(labels[k] for k in ("role", "rank") if k in labels)
-    what = [f"{k} {labels[k]}" for k in ("field", "reason") if k in labels]
+    what = [f"{k} {labels[k]}" for k in ("field", "reason", "op") if k in labels]
     detail = ", ".join(x for x in (where, *what) if x)
     return f"{labels['alertname']} {labels.get('severity', '')}" + (f" ({detail})" if detail
                                                                       else "")
