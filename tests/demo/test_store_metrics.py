@@ -16,6 +16,7 @@ from dpobs_otel.demo import store_report
 from dpobs_otel.demo.batches import Config
 from dpobs_otel.demo.truth import Durations
 from dpobs_otel.testing.stack import Stack, binaries
+from helpers.dashboards import ALL, STORE, dashboard_exprs, substitute
 
 SECONDS = 40  # measured: the rules' rates then hold a run at least 40 scrapes long
 CFG = Config(trainers=2, batch_size=16, min_len=8, max_len=64, latency_s=0.0,
@@ -67,12 +68,15 @@ def _run(cfg: Config):
                       for r in stack.query(nm.JOB_OP_STORE_SERVER_SHARE)}
             alerts = stack.wait_alerts(cfg.faults_alert())
             text = demo.report(res, stack, cfg)
-    return res, per_op, job["value"], shares, alerts, text
+            empty = [(where, q) for where, expr in dashboard_exprs() if STORE.search(expr)
+                     for q in (substitute(expr, ALL), substitute(expr, {**ALL, "job": "dpobs"}))
+                     if not stack.query(q)]
+    return res, per_op, job["value"], shares, alerts, text, empty
 
 
 @live
 def test_with_every_client_measured_coverage_is_1():
-    res, per_op, job, shares, alerts, text = _run(Config(**CFG.__dict__))
+    res, per_op, job, shares, alerts, text, empty = _run(Config(**CFG.__dict__))
     truth_op, truth_job = store_report.coverage_truth(res.truth, None)
     assert truth_job == 1.0 and set(per_op) == {"put", "get", "clear"}
     for op, c in per_op.items():
@@ -83,12 +87,13 @@ def test_with_every_client_measured_coverage_is_1():
     assert all(0 < s < 1 for s in shares.values()), shares
     assert nm.ALERT_UNMEASURED_CLIENTS not in {a["labels"]["alertname"] for a in alerts}
     assert "The store's own account" in text and "Coverage (every process measured)" in text
+    assert not empty, empty  # every query of the dashboard's store row has data
 
 
 @live
 def test_with_the_rollout_unmeasured_coverage_falls_by_its_share_and_the_alert_fires():
     cfg = Config(**{**CFG.__dict__, "unmeasured": "rollout"})
-    res, per_op, job, _, alerts, text = _run(cfg)
+    res, per_op, job, _, alerts, text, _ = _run(cfg)
     truth_op, truth_job = store_report.coverage_truth(res.truth, "rollout")
     assert truth_op["put"] == 0.0 and 0.5 < truth_job < 0.9  # the rollout made every put
     assert per_op["put"] == 0.0
