@@ -12,7 +12,8 @@ import time
 from collections import Counter
 
 from .. import names as nm
-from ..adapters.transferqueue.requests import COVERAGE, billed
+from ..adapters.transferqueue.exporter import FIRST_RELEASE
+from ..adapters.transferqueue.requests import COVERAGE, billed, installed_release
 from ..mixin import DEFAULT as MIXIN
 from ..readback.scrape import targets
 from ..testing.transferqueue import METRICS_COLLECT_S
@@ -38,6 +39,9 @@ def store_config(args) -> dict:
     if args.store_metrics and args.backend != "transferqueue":
         raise SystemExit("dpobs demo: --store-metrics needs --backend transferqueue (the "
                          "store with an exporter of its own)")
+    if args.store_metrics and installed_release() < FIRST_RELEASE:
+        raise SystemExit("dpobs demo: --store-metrics needs TransferQueue >= "
+                         f"{'.'.join(map(str, FIRST_RELEASE))} (the first with an exporter)")
     if args.unmeasured and not args.store_metrics:
         raise SystemExit("dpobs demo: --unmeasured needs --store-metrics (only the store's "
                          "own count can tell)")

@@ -37,6 +37,17 @@ def test_the_store_flags_are_checked(argv, error):
         demo.config(p.parse_args(argv))
 
 
+def test_a_transferqueue_without_its_exporter_is_a_clear_error(monkeypatch):
+    """0.1.6 (ROLL's pin) has no exporter: --store-metrics says so before starting anything."""
+    if importlib.util.find_spec("transfer_queue") is None:
+        pytest.skip("needs transferqueue (the backend check comes first)")
+    monkeypatch.setattr(store_report, "installed_release", lambda: (0, 1, 6))
+    p = argparse.ArgumentParser()
+    demo.add_arguments(p)
+    with pytest.raises(SystemExit, match=r"needs TransferQueue >= 0\.1\.7"):
+        demo.config(p.parse_args(["--backend", "transferqueue", "--store-metrics"]))
+
+
 def _calls(**ops) -> dict:
     out = {}
     for op, n in ops.items():

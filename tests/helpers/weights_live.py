@@ -15,17 +15,22 @@ def pushed(make_engine) -> dict:
     """{rank: (samples, results, mismatched)} of a trainer (0) and a rollout (1)."""
     ctx = mp.get_context("spawn")
     boxes, out, release = (ctx.Queue(), ctx.Queue()), ctx.Queue(), ctx.Event()
-    procs = [ctx.Process(target=wt.run, args=(make_engine, r, boxes[r], boxes[1 - r], out,
-                                              release)) for r in (0, 1)]
+    return collected([ctx.Process(target=wt.run, args=(make_engine, r, boxes[r], boxes[1 - r],
+                                                       out, release)) for r in (0, 1)],
+                     out, release)
+
+
+def collected(procs, out, release) -> dict:
+    """Start procs; each puts (rank, its endpoint's URL, *what it measured) on `out`, then
+    waits for `release`: {rank: (its scraped samples, *what it measured)}."""
     for p in procs:
         p.start()
     try:
         results = {}
         for _ in procs:
-            rank, url, per_version, mismatched = out.get(timeout=240)
+            rank, url, *rest = out.get(timeout=240)
             endpoint = url.split("//", 1)[1].split("/", 1)[0]
-            results[rank] = (scrape(SimpleNamespace(endpoint=endpoint)), per_version,
-                             mismatched)
+            results[rank] = (scrape(SimpleNamespace(endpoint=endpoint)), *rest)
     finally:
         release.set()
         for p in procs:

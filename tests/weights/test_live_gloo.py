@@ -5,11 +5,11 @@ clean receiver shows none."""
 from __future__ import annotations
 
 import multiprocessing as mp
-from types import SimpleNamespace
 
 import pytest
-from helpers import scrape, value
+from helpers import value
 from helpers import weights_gloo as wg
+from helpers.weights_live import collected
 
 from dpobs_otel import names
 
@@ -22,22 +22,8 @@ EXPECTED = {"flip": "value", "swap": "value", "dtype": "value", "missing": "miss
 def pushed():
     ctx = mp.get_context("spawn")
     out, release, port = ctx.Queue(), ctx.Event(), ctx.Value("i", 0)
-    procs = [ctx.Process(target=wg.run, args=(r, WORLD, port, out, release)) for r in range(WORLD)]
-    for p in procs:
-        p.start()
-    try:
-        results = {}
-        for _ in range(WORLD):
-            rank, url, truth, checks = out.get(timeout=240)
-            endpoint = url.split("//", 1)[1].split("/", 1)[0]
-            results[rank] = (scrape(SimpleNamespace(endpoint=endpoint)), truth, checks)
-    finally:
-        release.set()
-        for p in procs:
-            p.join(60)
-            if p.is_alive():
-                p.kill()
-    return results
+    return collected([ctx.Process(target=wg.run, args=(r, WORLD, port, out, release))
+                      for r in range(WORLD)], out, release)
 
 
 def _sent_truth():
