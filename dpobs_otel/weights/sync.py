@@ -142,12 +142,20 @@ class Sync:
         except Exception as exc:
             self.owner.internal_error(exc)
 
+    def region(self, address: int, length: int) -> None:
+        """Memory a transfer engine moved on this thread (transfers.py): one tensor of
+        `length` bytes, paired with a note of the same live tensor as a collective's is.
+        Raises: its caller counts the error once per transfer."""
+        self._add((int(address), int(length)), None, "moved")
+
     def _count(self, tensor, kind: str) -> None:
         nbytes = tensor.numel() * tensor.element_size()  # t.contiguous().nbytes, no copy
-        if not self._seen.first((tensor.data_ptr(), nbytes), tensor, kind):
-            return
-        self.bytes += nbytes
-        self.tensors += 1
+        self._add((tensor.data_ptr(), nbytes), tensor, kind)
+
+    def _add(self, key: tuple[int, int], tensor, kind: str) -> None:
+        if self._seen.first(key, tensor, kind):  # tensor None: held for the sync
+            self.bytes += key[1]
+            self.tensors += 1
 
     def manifest(self):
         """The sender's fingerprints as one (name, tensor) item to send after the weights,

@@ -38,10 +38,7 @@ def count(sync, regions) -> None:
     try:
         sync.begin()
         for address, length in regions:
-            key = (int(address), int(length))
-            if sync._seen.first(key, None, "moved"):  # None: no tensor, held for the sync
-                sync.bytes += key[1]
-                sync.tensors += 1
+            sync.region(address, length)
     except Exception as exc:
         sync.owner.internal_error(exc)
 
