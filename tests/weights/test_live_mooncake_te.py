@@ -95,8 +95,9 @@ def test_nothing_is_imported_or_wrapped_by_dpobs_and_nothing_when_it_is_off():
             "with t.weights.sync(version=2, side='send'): pass\n"
             "print(hasattr(e.TransferEngine.transfer_sync_write, '__dpobs_wrapped__'))\n"
             "t.shutdown()")
-    for off, wrapped in (("0", "True"), ("1", "False")):
-        env = {**__import__("os").environ, "DPOBS_DISABLED": off}
+    for off, wrapped in ((("DPOBS_DISABLED", "0"), "True"), (("DPOBS_DISABLED", "1"), "False"),
+                         (("OTEL_SDK_DISABLED", "true"), "False")):
+        env = {**__import__("os").environ, off[0]: off[1]}
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                              text=True, timeout=120, check=True).stdout.split()
         assert out == ["[]", wrapped], (off, out)

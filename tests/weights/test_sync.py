@@ -255,6 +255,22 @@ def test_a_stream_that_drops_each_tensor_counts_every_one(proving):
     assert (st.tensors["send"], st.bytes["send"]) == (6, 6 * 64 * 32 * 2)
 
 
+@pytest.mark.parametrize("guard", [True, False])
+def test_an_async_stream_that_drops_each_tensor_counts_every_one(proving, guard):
+    r = proving("rollout", guard=guard)
+
+    async def source():
+        for name, t in _fresh(6, []):
+            yield name, t
+
+    async def drain():
+        async for _ in r.weights.received(source(), version=1):
+            pass
+    asyncio.run(drain())
+    st = r.weights.meter.stats
+    assert (st.tensors["receive"], st.bytes["receive"]) == (6, 6 * 64 * 32 * 2)
+
+
 def test_memory_reused_by_a_new_tensor_counts_again_in_a_block(proving):
     """Deterministic reuse: one buffer's memory under a new tensor object each time (what a
     freed-and-reallocated tensor looks like), and one receive buffer a collective refills."""

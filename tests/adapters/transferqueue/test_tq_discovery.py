@@ -277,10 +277,11 @@ def _raises(exc):
 
 
 # -- the off switch ------------------------------------------------------------------------
-def test_switched_off_init_and_close_are_transfer_queues_own(monkeypatch, tmp_path):
+@pytest.mark.parametrize("switch", [("DPOBS_DISABLED", "1"), ("OTEL_SDK_DISABLED", "true")])
+def test_switched_off_init_and_close_are_transfer_queues_own(monkeypatch, tmp_path, switch):
     import transfer_queue
 
-    monkeypatch.setenv("DPOBS_DISABLED", "1")
+    monkeypatch.setenv(*switch)
     monkeypatch.setenv("DPOBS_TQ_METRICS", "1")
     monkeypatch.setenv("DPOBS_SD_DIR", str(tmp_path))
     fake = FakeTQ()
