@@ -1,45 +1,71 @@
 """The instrumented data-plane client: the protocol's ops measured, everything else passed
 through. Inner exceptions propagate untouched; dpobs's own failures are swallowed and counted.
+Each op's timing and bookkeeping are its Account's (account.py); this class adds what only
+the protocol's ops have: payload sizing, the wire guard, row age and spans.
 
 Any protocol method may return an awaitable (a coroutine function, or a plain function
-returning a coroutine): the op is then measured when awaited, from the call to the awaited
-result, its bytes and guard checks those of that result (client_async.py)."""
+returning a coroutine): the op is then measured when awaited, in the task that awaits it,
+from the call to the awaited result, its bytes and guard checks those of that result."""
 from __future__ import annotations
 
 from functools import partial
 from time import perf_counter
 
 from . import names
-from .client_async import NOT_AWAITABLE, AwaitedOps, is_awaitable
-from .occupancy import TAGS, UNSIZED, Occupancy, Reconciling
-from .recording import Recording
+from .account import Account
+from .occupancy import TAGS, UNSIZED
 from .sizing import encoded_size, field_nbytes, is_payload, payload_nbytes
 
 
-class InstrumentedClient(AwaitedOps, Reconciling, Recording):
+class Read:
+    """One read in progress: what the caller asked for and what dpobs added to it."""
+
+    __slots__ = ("op", "fn", "sample_ids", "partition_id", "asked", "select", "kwargs",
+                 "mixed", "t0")
+
+    def __init__(self, op, fn, sample_ids, partition_id, asked, kwargs, t0):
+        self.op, self.fn, self.kwargs, self.t0 = op, fn, kwargs, t0
+        self.sample_ids, self.partition_id = sample_ids, partition_id
+        self.asked = self.select = asked  # the caller's select_fields; what the store is asked
+        self.mixed = False  # some rows lacked the added columns: read as asked, then fixed up
+
+    @property
+    def added(self) -> bool:
+        """Digest or stamp columns were asked for by name (compared only when a hook ran)."""
+        return self.select is not self.asked and self.select != self.asked
+
+    def fetch(self):
+        """The store's read, retried as the caller asked when added columns are missing."""
+        try:
+            return self.fn(self.sample_ids, self.partition_id, self.select, **self.kwargs)
+        except KeyError:
+            if not self.added:
+                raise
+            self.mixed = True
+            return self.as_asked()
+
+    def as_asked(self):
+        return self.fn(self.sample_ids, self.partition_id, self.asked, **self.kwargs)
+
+    def rows(self, rows, cols):
+        """Some of the read's rows, some columns (the guard's and row age's follow-ups)."""
+        return self.fn(rows, self.partition_id, cols, **self.kwargs)
+
+
+class InstrumentedClient:
     def __init__(self, inner, tel):
         self._inner = inner
         self._tel = tel
-        self._stats = tel.stats
+        self._acct = Account(tel, inner)
         self._guard = tel.guard
         self._row_age = getattr(tel, "row_age", None)  # rowage.RowAge, or None (off)
         if self._guard is not None:  # where the guard's hooks run (guard/pool.py)
             from .guard import pool
             self._pool = pool
-        self._records = tel.op_records  # op -> bound.BoundRecord
-        self._cp = tel.critical
-        self._tracer = tel.tracer  # None unless tracing is on: one `is not None` per op
-        self._occ = Occupancy()
-        self._rows_since_reconcile = 0
-        self._reconcile_rows = tel.settings.reconcile_rows
-        self._reconciling = False  # one reconciliation at a time (store clients may not be
-        # thread-safe), on the thread of the put that crossed the throttle
         # Optional inner hook: which ids a short read's rows belong to (stores that drop
         # missing keys silently); see _aligned_ids.
         self._returned_ids = getattr(inner, "returned_sample_ids", None)
         self._overlaps_guard = bool(getattr(inner, "overlaps_guard", False))
-        with self._stats.lock:
-            self._stats.occupancies.append(self._occ)
 
     def __getattr__(self, name):  # everything outside the protocol, untouched
         return getattr(self._inner, name)
@@ -51,10 +77,14 @@ class InstrumentedClient(AwaitedOps, Reconciling, Recording):
     def inner(self):
         return self._inner
 
+    def awaiting(self, pending):
+        """Await `pending`, an op this client measures elsewhere (Account.awaiting)."""
+        return self._acct.awaiting(pending)
+
     # -- the protocol -----------------------------------------------------------------
     def put_samples(self, sample_ids, partition_id, fields=None, tags=None, **kwargs):
         # Row age: the stamp column rides beside the guard's digests (sizing sees `fields`).
-        stored = fields if self._row_age is None else self._safely(
+        stored = fields if self._row_age is None else self._acct.safely(
             names.COMPONENT_ROW_AGE, self._row_age.stamp, fields, fallback=fields)
         t0 = perf_counter()
         if self._guard is not None and fields is not None:
@@ -64,18 +94,15 @@ class InstrumentedClient(AwaitedOps, Reconciling, Recording):
                 kwargs["pending_fields"] = pending
             else:
                 stored = pending.result()
-        put = self._inner.put_samples  # looked up outside the interval, as _call's fn is
-        step, t1 = self._cp_start()
-        try:
-            result = put(sample_ids, partition_id, stored, tags, **kwargs)
-        except BaseException as exc:
-            self.failed_call("put", exc, t1, step)
-            raise
-        t2 = perf_counter()
-        if type(result) not in NOT_AWAITABLE and is_awaitable(result):
-            self._cp_end(step, t1, t1)  # the op is in flight once awaited
+        result, t1, t2 = self._acct.call("put", self._inner.put_samples,
+                                         (sample_ids, partition_id, stored, tags), kwargs)
+        if t2 is None:
             return self._put_async(result, t0, t1, sample_ids, partition_id, fields, tags)
-        self._cp_end(step, t1, t2)
+        self._put_done(t0, t1, t2, sample_ids, partition_id, fields, tags)
+        return result
+
+    async def _put_async(self, pending, t0, t1, sample_ids, partition_id, fields, tags):
+        result, t2, _ = await self._acct.settle("put", pending, t1)
         self._put_done(t0, t1, t2, sample_ids, partition_id, fields, tags)
         return result
 
@@ -85,17 +112,14 @@ class InstrumentedClient(AwaitedOps, Reconciling, Recording):
         except Exception as exc:
             self._tel.internal_error("sizing", exc)
             sizes = {UNSIZED: 0}
+        acct = self._acct
         try:
             n = len(sample_ids)
-            self.record_op("put", t2 - t1, n, write=sum(sizes.values()),
-                       occupy=(partition_id, sample_ids, sizes),
-                       overhead=t1 - t0 if self._guard is None else 0.0, t_end=t2)
-            if self._tracer is not None:
-                self._safely(names.COMPONENT_TRACE, self._tracer.op, "put", t1, t2,
-                             partition_id, n, sum(sizes.values()))
-            self._rows_since_reconcile += n
-            if self._rows_since_reconcile >= self._reconcile_rows:
-                self._safely(names.COMPONENT_RECONCILE, self._reconcile)
+            acct.record_op("put", t2 - t1, n, write=sum(sizes.values()),
+                           occupy=(partition_id, sample_ids, sizes),
+                           overhead=t1 - t0 if self._guard is None else 0.0, t_end=t2)
+            if acct.tracer is not None:
+                acct.trace("put", t1, t2, partition_id, n, sum(sizes.values()))
         except Exception as exc:
             self._tel.internal_error(names.COMPONENT_CLIENT, exc)
 
@@ -122,39 +146,29 @@ class InstrumentedClient(AwaitedOps, Reconciling, Recording):
         return self._call("get_data", self._inner.get_data, args, kwargs, read_result=True)
 
     def clear_samples(self, sample_ids, partition_id, **kwargs):
-        clear = self._inner.clear_samples  # looked up outside the interval, as _call's fn is
-        step, t1 = self._cp_start()
-        try:
-            result = clear(sample_ids, partition_id, **kwargs)
-        except BaseException as exc:
-            self.failed_call("clear", exc, t1, step)
-            raise
-        t2 = perf_counter()
-        if type(result) not in NOT_AWAITABLE and is_awaitable(result):
-            self._cp_end(step, t1, t1)  # the op is in flight once awaited
+        result, t1, t2 = self._acct.call("clear", self._inner.clear_samples,
+                                         (sample_ids, partition_id), kwargs)
+        if t2 is None:
             return self._clear_async(result, t1, sample_ids, partition_id)
-        self._cp_end(step, t1, t2)
+        self._clear_done(t1, t2, sample_ids, partition_id)
+        return result
+
+    async def _clear_async(self, pending, t1, sample_ids, partition_id):
+        result, t2, _ = await self._acct.settle("clear", pending, t1)
         self._clear_done(t1, t2, sample_ids, partition_id)
         return result
 
     def _clear_done(self, t1, t2, sample_ids, partition_id) -> None:
         # The guard has nothing to release: its digests live beside the rows, in the store.
-        n = self._safely(names.COMPONENT_OCCUPANCY, self._released, partition_id, sample_ids,
-                         fallback=0 if sample_ids is None else len(sample_ids))
+        acct = self._acct
+        n = acct.safely(names.COMPONENT_OCCUPANCY, acct.release, partition_id, sample_ids,
+                        fallback=0 if sample_ids is None else len(sample_ids))
         try:
-            self.record_op("clear", t2 - t1, n, t_end=t2)
-            if self._tracer is not None:
-                self._safely(names.COMPONENT_TRACE, self._tracer.op, "clear", t1, t2,
-                             partition_id, n, 0)
+            acct.record_op("clear", t2 - t1, n, t_end=t2)
+            if acct.tracer is not None:
+                acct.trace("clear", t1, t2, partition_id, n, 0)
         except Exception as exc:
             self._tel.internal_error(names.COMPONENT_CLIENT, exc)
-
-    def _released(self, partition_id, sample_ids) -> int:
-        """Occupancy: a clear's keys released; how many (all of a partition's: None)."""
-        with self._stats.lock:
-            n = len(sample_ids) if sample_ids is not None else len(self._occ.live(partition_id))
-            self._occ.release(partition_id, sample_ids)
-        return n
 
     def list_sample_ids(self, partition_id, *args, **kwargs):
         return self._call("list", self._inner.list_sample_ids, (partition_id, *args), kwargs)
@@ -167,82 +181,56 @@ class InstrumentedClient(AwaitedOps, Reconciling, Recording):
 
     # -- measurement ------------------------------------------------------------------
     def _read(self, op, fn, sample_ids, partition_id, select_fields, kwargs):
-        t0 = perf_counter()
-        guard = self._guard
-        select, added, mixed = select_fields, False, False
-        if guard is not None:
-            select = self._guarded(guard.before_get, select_fields, select_fields)
+        rd = Read(op, fn, sample_ids, partition_id, select_fields, kwargs, perf_counter())
+        if self._guard is not None:
+            rd.select = self._guarded(self._guard.before_get, rd.select, rd.select)
         if self._row_age is not None:
-            select = self._safely(names.COMPONENT_ROW_AGE, self._row_age.select, select,
-                                  fallback=select)
-        # Digest or stamp columns were asked for by name (compared only when a hook ran).
-        added = select is not select_fields and select != select_fields
-        step, t1 = self._cp_start()
-        try:
-            try:
-                result = fn(sample_ids, partition_id, select, **kwargs)
-            except KeyError:
-                if not added:
-                    raise
-                # Some rows carry no digest (written without the guard): read what the
-                # caller asked for; the guard then fetches the digests the other rows have.
-                mixed = True
-                result = fn(sample_ids, partition_id, select_fields, **kwargs)
-        except BaseException as exc:
-            self.failed_call(op, exc, t1, step)
-            raise
-        t2 = perf_counter()
-        if type(result) not in NOT_AWAITABLE and is_awaitable(result):
-            self._cp_end(step, t1, t1)  # the op is in flight once awaited
-            retry = (partial(fn, sample_ids, partition_id, select_fields, **kwargs) if added
-                     else None)
-            return self._read_async(op, fn, result, retry, t0, t1, sample_ids, partition_id,
-                                    select_fields, kwargs, added)
-        self._cp_end(step, t1, t2)
-        return self._read_done(op, fn, result, t0, t1, t2, sample_ids, partition_id,
-                               select_fields, kwargs, added, mixed)
+            rd.select = self._acct.safely(names.COMPONENT_ROW_AGE, self._row_age.select,
+                                          rd.select, fallback=rd.select)
+        result, t1, t2 = self._acct.call(op, rd.fetch, (), {})
+        if t2 is None:
+            return self._read_async(rd, result, t1)
+        return self._read_done(rd, result, t1, t2)
 
-    def _read_done(self, op, fn, result, t0, t1, t2, sample_ids, partition_id, select_fields,
-                   kwargs, added, mixed):
-        guard = self._guard
+    async def _read_async(self, rd, pending, t1):
+        retry = rd.as_asked if rd.added else None
+        result, t2, rd.mixed = await self._acct.settle(rd.op, pending, t1, retry)
+        return self._read_done(rd, result, t1, t2)
+
+    def _read_done(self, rd, result, t1, t2):
+        acct = self._acct
         if self._row_age is not None:  # ages observed, the stamp column dropped
-            result = self._safely(
-                names.COMPONENT_ROW_AGE, self._row_age.observe, op, result,
-                lambda rows, cols: fn(rows, partition_id, cols, **kwargs), sample_ids, mixed,
-                on_fail=self._row_age.unstamped)
-        if (guard is not None or self._returned_ids is not None) and is_payload(result):
+            result = acct.safely(names.COMPONENT_ROW_AGE, self._row_age.observe, rd.op,
+                                 result, rd.rows, rd.sample_ids, rd.mixed,
+                                 on_fail=self._row_age.unstamped)
+        if (self._guard is not None or self._returned_ids is not None) and is_payload(result):
             # Only a TensorDict is checked: anything else goes back untouched.
-            result = self._checked(fn, partition_id, kwargs, sample_ids, select_fields,
-                                   result, added, mixed)
+            result = self._checked(rd, result)
         t3 = perf_counter()
-        nbytes, missing = self._read_size(result, sample_ids)
+        nbytes, missing = self._read_size(result, rd.sample_ids)
         try:
-            self.record_op(op, t2 - t1, len(sample_ids), read=nbytes, missing=missing,
-                           overhead=t1 - t0 if guard is None else 0.0, t_end=t3)
-            if self._tracer is not None:
-                self._safely(names.COMPONENT_TRACE, self._tracer.op, op, t1, t2, partition_id,
-                             len(sample_ids), nbytes)
+            n = len(rd.sample_ids)
+            acct.record_op(rd.op, t2 - t1, n, read=nbytes, missing=missing,
+                           overhead=t1 - rd.t0 if self._guard is None else 0.0, t_end=t3)
+            if acct.tracer is not None:
+                acct.trace(rd.op, t1, t2, rd.partition_id, n, nbytes)
         except Exception as exc:
             self._tel.internal_error("client", exc)
         return result
 
-    def _checked(self, fn, partition_id, kwargs, sample_ids, select_fields, result, added,
-                 mixed):
+    def _checked(self, rd, result):
         """A read's TensorDict after the guard: ids aligned, digests recovered and checked."""
         guard = self._guard
-        ids = sample_ids
+        ids = rd.sample_ids
         if self._returned_ids is not None:
-            ids = self._aligned_ids(sample_ids, partition_id, result)
-        if mixed and guard is not None:  # its digest-only reads are billed to component=guard
-            result = self._guarded(
-                guard.recover_digests, result,
-                lambda rows, cols: fn(rows, partition_id, cols, **kwargs),
-                ids, select_fields, result)
+            ids = self._aligned_ids(rd.sample_ids, rd.partition_id, result)
+        if rd.mixed and guard is not None:  # its digest-only reads are billed to component=guard
+            result = self._guarded(guard.recover_digests, result, rd.rows, ids, rd.asked,
+                                   result)
         if guard is not None:  # on_fail: a full read returns any digests
             result = self._pool.run(partial(self._guarded, on_fail=self._strip),
-                                    guard.after_get, None, ids, partition_id, result,
-                                    select_fields, added or select_fields is None,
-                                    where=result)
+                                    guard.after_get, None, ids, rd.partition_id, result,
+                                    rd.asked, rd.added or rd.asked is None, where=result)
         return result
 
     def _read_size(self, result, sample_ids) -> tuple[int, int]:
@@ -281,31 +269,28 @@ class InstrumentedClient(AwaitedOps, Reconciling, Recording):
             self._tel.internal_error("adapter", exc)
             return sample_ids
         finally:
-            self._stats.add_time("adapter", perf_counter() - t)
+            self._tel.stats.add_time("adapter", perf_counter() - t)
 
     def _call(self, op, fn, args, kwargs, read_result=False):
-        pid = None if self._tracer is None else self._tracer.partition_of(args, kwargs)
-        step, t1 = self._cp_start()
-        try:
-            result = fn(*args, **kwargs)
-        except BaseException as exc:
-            self.failed_call(op, exc, t1, step)
-            raise
-        t2 = perf_counter()
-        if type(result) not in NOT_AWAITABLE and is_awaitable(result):
-            self._cp_end(step, t1, t1)  # the op is in flight once awaited
+        tracer = self._acct.tracer
+        pid = None if tracer is None else tracer.partition_of(args, kwargs)
+        result, t1, t2 = self._acct.call(op, fn, args, kwargs)
+        if t2 is None:
             return self._call_async(op, result, t1, read_result, pid)
-        self._cp_end(step, t1, t2)
+        return self._call_done(op, result, t1, t2, read_result, pid)
+
+    async def _call_async(self, op, pending, t1, read_result, pid):
+        result, t2, _ = await self._acct.settle(op, pending, t1)
         return self._call_done(op, result, t1, t2, read_result, pid)
 
     def _call_done(self, op, result, t1, t2, read_result, pid=None):
         read = self._sized(0, payload_nbytes, result) if read_result else 0
+        acct = self._acct
         try:
             keys = len(result) if isinstance(result, (list, tuple, set, dict)) else 0
-            self.record_op(op, t2 - t1, keys, read=read, t_end=t2)
-            if self._tracer is not None:
-                self._safely(names.COMPONENT_TRACE, self._tracer.op, op, t1, t2, pid, keys,
-                             read)
+            acct.record_op(op, t2 - t1, keys, read=read, t_end=t2)
+            if acct.tracer is not None:
+                acct.trace(op, t1, t2, pid, keys, read)
         except Exception as exc:
             self._tel.internal_error("client", exc)
         return result
@@ -321,7 +306,7 @@ class InstrumentedClient(AwaitedOps, Reconciling, Recording):
                 return on_fail(args[2])
             return fallback
         finally:
-            self._stats.add_time("guard", perf_counter() - t)
+            self._tel.stats.add_time("guard", perf_counter() - t)
 
     def _strip(self, result):
         try:
@@ -337,4 +322,3 @@ def _put_sizes(fields, tags) -> dict:
     if tags:
         sizes[TAGS] = encoded_size(tags)
     return sizes or {UNSIZED: 0}
-

@@ -17,9 +17,6 @@ outside it. All methods run under the caller's lock (Stats.lock).
 """
 from __future__ import annotations
 
-from inspect import isawaitable
-from time import perf_counter
-
 # Occupancy's names for a put's tags (stored per row like a field) and for the rows of a
 # put with no sized field: no fields at all, or sizing failed (the keys are live; bytes 0).
 TAGS = "\x00tags"
@@ -163,51 +160,3 @@ class Occupancy:
             size += b
             keys += k
         return size, keys
-
-
-class Reconciling:
-    """Mixed into InstrumentedClient (its _inner, _stats, _occ, _tel): occupancy kept true
-    when other processes clear what this one put."""
-
-    def _reconcile(self) -> None:
-        """Drop keys another process cleared: diff what we hold against the store's listing.
-        Ids put while the listing runs (other threads) are exempt: the listing may predate
-        them. A reconciliation already running elsewhere makes this one a no-op."""
-        st, occ = self._stats, self._occ
-        with st.lock:
-            if self._reconciling:
-                return
-            self._reconciling = True
-            self._rows_since_reconcile = 0
-            occ.recent = {}
-            partitions = list(occ.parts)
-        t = perf_counter()
-        try:
-            for pid in partitions:
-                live = self._listing(pid)
-                if live is None:
-                    continue
-                with st.lock:
-                    stale = occ.live(pid) - live - occ.recent.get(pid, set())
-                    occ.release(pid, stale)
-        finally:
-            with st.lock:
-                occ.recent = None
-                self._reconciling = False
-            st.add_time("reconcile", perf_counter() - t)
-
-    def _listing(self, pid) -> set | None:
-        try:
-            listing = self._inner.list_sample_ids(pid)
-            if isawaitable(listing):
-                # A coroutine store: its listing cannot be awaited on the put's thread, so
-                # this client does not reconcile (its occupancy counts only its own clears).
-                getattr(listing, "close", lambda: None)()
-                self._reconcile_rows = float("inf")
-                return None
-            return set(listing)
-        except KeyError:
-            return set()  # the partition itself is gone
-        except Exception as exc:
-            self._tel.internal_error("reconcile", exc)  # skipped; the next window retries
-            return None

@@ -163,7 +163,7 @@ def test_other_attributes_pass_through(client):
 def test_reconcile_drops_keys_another_process_cleared(tel):
     store = dpobs.InMemoryDataPlane()
     writer = tel.instrument(store)
-    writer._reconcile_rows = 8
+    writer._acct.reconcile_rows = 8
     td, _ = _batch(4, 4)
     writer.put_samples(["a", "b", "c", "d"], "p", td)
     store.clear_samples(["a", "b"], "p")  # "another process": not through this client
@@ -176,7 +176,7 @@ def test_failing_listing_is_skipped_not_raised(tel):
         def list_sample_ids(self, pid):
             raise ConnectionError("listing unavailable")
     c = tel.instrument(NoList())
-    c._reconcile_rows = 1
+    c._acct.reconcile_rows = 1
     c.put_samples(["a"], "p", _batch(1, 6)[0])  # must not raise
     s = scrape(tel)
     assert value(s, "dpobs_client_outstanding_keys") == 1
@@ -313,7 +313,7 @@ def test_reconciliation_never_releases_puts_that_land_during_its_listing(tel):
             return super().put_samples(*args, **kwargs)
     store = SlowList()
     c = tel.instrument(store)
-    c._reconcile_rows = 8
+    c._acct.reconcile_rows = 8
     per = 400
     row = TensorDict({"x": torch.ones(1, 2)}, batch_size=[1])
 

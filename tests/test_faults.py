@@ -25,7 +25,8 @@ from dpobs_otel import client as client_mod
 from dpobs_otel import names, telemetry
 from dpobs_otel.shims.otel_histogram import BoundRecord
 from dpobs_otel.critical import CriticalPath, _Watch
-from dpobs_otel.occupancy import Occupancy, Reconciling
+from dpobs_otel.account import Account
+from dpobs_otel.occupancy import Occupancy
 
 COUNT = "dpobs_client_operation_duration_seconds_count"
 SUM = "dpobs_client_operation_duration_seconds_sum"
@@ -66,8 +67,7 @@ FAULTS = {
     "critical_path/awaited-after": (names.COMPONENT_CRITICAL_PATH, "async put",
                                     lambda tel: _Watch, "close"),
     "histogram/get": (names.COMPONENT_HISTOGRAM, "get", lambda tel: BoundRecord, "__call__"),
-    "reconcile/put": (names.COMPONENT_RECONCILE, "put", lambda tel: Reconciling,
-                      "_reconcile"),
+    "reconcile/put": (names.COMPONENT_RECONCILE, "put", lambda tel: Account, "reconcile"),
 }
 
 

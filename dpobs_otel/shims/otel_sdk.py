@@ -153,7 +153,7 @@ class BoundRecord:
             self._instrument.record(value, self._attrs)
             if adds is _UNBOUND or adds:  # first call, or the readers changed: (re)bind
                 self._storages, self._adds = self._bind()
-        except Exception as exc:  # never cost the op its counters (recording.record_op)
+        except Exception as exc:  # never cost the op its counters (account.Account.record_op)
             self._failed(exc)
 
     def _failed(self, exc: Exception) -> None:

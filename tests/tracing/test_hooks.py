@@ -93,7 +93,7 @@ def test_tracing_is_off_by_default_and_everywhere(monkeypatch):
     tel = dpobs.start(role="t", rank=0, port=0)
     try:
         assert tel.tracer is None
-        assert tel.instrument(dpobs.InMemoryDataPlane())._tracer is None
+        assert tel.instrument(dpobs.InMemoryDataPlane())._acct.tracer is None
     finally:
         tel.shutdown()
     monkeypatch.setenv("DPOBS_TRACE", "1")

@@ -1,10 +1,9 @@
 """A MooncakeDistributedStore with its put / get / remove families measured as the ops
 put / get / clear, for code that calls Mooncake directly (`instrument_store`).
 
-The accounting is the core's: an InstrumentedClient over the store, used only for its
-`record_op` / `record_failure` bookkeeping (duration histogram, calls, keys, bytes, missing rows,
-occupancy, dpobs's own time), so Mooncake ops land in exactly the series the protocol's ops
-do. Its protocol methods are never called: the guard needs TensorDict rows and has nowhere to
+The accounting is the core's Account (account.py: the critical path, duration histogram,
+calls, keys, bytes, missing rows, occupancy, dpobs's own time), so Mooncake ops land in
+exactly the series the protocol's ops do. The guard needs TensorDict rows and has nowhere to
 keep digests beside a raw key, so raw keys are measured, not guarded.
 
 What Mooncake reports, and how it is counted:
@@ -26,7 +25,7 @@ from time import perf_counter
 
 import torch
 
-from ...client import InstrumentedClient
+from ...account import Account
 from ...sizing import tensor_nbytes
 from ..instrumentation import own_calls
 
@@ -224,7 +223,7 @@ class InstrumentedMooncakeStore:
     def __init__(self, tel, store):
         self._store = store
         self._tel = tel
-        self._acct = InstrumentedClient(store, tel)  # the core's bookkeeping, reused
+        self._acct = Account(tel)  # raw keys: nothing to list, never reconciled
 
     def __getattr__(self, name):
         store = self.__dict__.get("_store")
@@ -253,27 +252,19 @@ class InstrumentedMooncakeStore:
         """fn(*args, **kwargs), one call of the store's `name`, timed and counted as `op`
         (also MooncakeInstrumentor's, for the methods it patches on the class)."""
         acct = self._acct
-        step, t1 = self._tel.critical.start()
-        try:
-            with own_calls():  # measured here: MooncakeInstrumentor must not count it again
-                result = fn(*args, **kwargs)
-        except BaseException as exc:
-            acct.failed_call(op, exc, t1, step)
-            raise
-        t2 = perf_counter()
-        self._tel.critical.end(step, t1, t2)
+        result, t1, t2 = acct.call(op, _own_call, (fn, args, kwargs), {})
         try:
             keys, read, write, missing, ok, code = reader(args, result)
             occupy = ((RAW_PARTITION, ok, {RAW_FIELD: write})
                       if op == "put" and ok else None)
             acct.record_op(op, t2 - t1, keys, read=read, write=write, missing=missing,
                            occupy=occupy, t_end=t2)
-            if self._tel.tracer is not None:
-                self._tel.tracer.op(op, t1, t2, RAW_PARTITION, keys, read + write)
+            if acct.tracer is not None:
+                acct.trace(op, t1, t2, RAW_PARTITION, keys, read + write)
             if op == "clear":
                 self._release(name, args, ok, result)
             if code:
-                self._error(op, code)
+                acct.record_error(op, error_type(code))
         except Exception as exc:
             self._tel.internal_error("adapter", exc)
         return result
@@ -292,10 +283,10 @@ class InstrumentedMooncakeStore:
         if gone:
             acct.release(RAW_PARTITION, gone)
 
-    def _error(self, op, code) -> None:
-        # One failed operation, its call already counted by record_op (a batch may have
-        # partly succeeded, so its bytes and keys were counted too).
-        self._acct.record_error(op, error_type(code))
+
+def _own_call(fn, args, kwargs):
+    with own_calls():  # measured here: MooncakeInstrumentor must not count it again
+        return fn(*args, **kwargs)
 
 
 def instrument_store(tel, store):
