@@ -1,9 +1,10 @@
 """Every name the contract pins (shared/DESIGN.md), each spelled once: the OpenTelemetry
-instruments, the Prometheus series they become, the recording rules, the alerts, and the
-labels that identify a process. Everything else imports them from here, so a name changed
+instruments (with the table of their kinds, units and descriptions), the Prometheus series
+they become, the recording rules, the alerts, and the labels that identify a process. Everything else imports them from here, so a name changed
 here changes in the rules, alerts, dashboards, `dpobs top`, `dpobs compare` and the report
 alike; tests/test_names.py fails on a copy spelled out anywhere else.
 """
+from typing import NamedTuple
 
 # -- OpenTelemetry instruments ------------------------------------------------------------
 OP_DURATION = "dpobs.client.operation.duration"
@@ -37,9 +38,91 @@ WEIGHTS_MISMATCHED = "dpobs.weights.tensors.mismatched"
 STEP_WEIGHT_SYNC = "dpobs.step.weight_sync"
 
 
+# Every instrument dpobs creates, one row each: its kind and unit are written here alone; the
+# series below derive from them, and instruments.py creates each instrument from its row.
+HISTOGRAM = "histogram"
+OBSERVABLE_COUNTER = "observable_counter"  # monotonic: its series ends in _total
+OBSERVABLE_UP_DOWN_COUNTER = "observable_up_down_counter"
+OBSERVABLE_GAUGE = "observable_gauge"
+
+
+class Instrument(NamedTuple):
+    name: str
+    kind: str
+    unit: str
+    description: str
+
+
+INSTRUMENTS = {row.name: row for row in (
+    # The core (telemetry.py; its callbacks in observed.py).
+    Instrument(OP_DURATION, HISTOGRAM, "s",
+               "Data-plane operation time, failures included"),
+    Instrument(STEP_DURATION, HISTOGRAM, "s",
+               "Training step time"),
+    Instrument(CODEC_DURATION, HISTOGRAM, "s",
+               "Codec work outside the client"),
+    Instrument(OP_ERRORS, OBSERVABLE_COUNTER, "{error}",
+               "Failed data-plane operations, by exception class"),
+    Instrument(TRANSFERRED, OBSERVABLE_COUNTER, "By",
+               "Payload bytes moved, by direction"),
+    Instrument(KEYS, OBSERVABLE_COUNTER, "{key}",
+               "Sample ids named by operations"),
+    Instrument(ROWS_MISSING, OBSERVABLE_COUNTER, "{row}",
+               "Rows a read asked for and did not get back"),
+    Instrument(OUTSTANDING_SIZE, OBSERVABLE_UP_DOWN_COUNTER, "By",
+               "Payload bytes put and not yet cleared"),
+    Instrument(OUTSTANDING_KEYS, OBSERVABLE_UP_DOWN_COUNTER, "{key}",
+               "Keys put and not yet cleared"),
+    Instrument(STEP_BUSY, OBSERVABLE_COUNTER, "s",
+               "Step time with a data-plane op of this process in flight"),
+    Instrument(STEP_EXPOSED, OBSERVABLE_COUNTER, "s",
+               "Step time a step's own thread or task was blocked on the data plane"),
+    Instrument(INSTR_TIME, OBSERVABLE_COUNTER, "s",
+               "Time spent by dpobs itself, by component"),
+    Instrument(INSTR_ERRORS, OBSERVABLE_COUNTER, "{error}",
+               "Internal errors dpobs swallowed, by component"),
+    # Row age (rowage.py).
+    Instrument(ROW_AGE, HISTOGRAM, "s",
+               "Time from a row's put to its read"),
+    Instrument(ROWS_UNSTAMPED, OBSERVABLE_COUNTER, "{row}",
+               "Rows read without a usable write stamp, by reason"),
+    # The wire guard (guard/counts.py).
+    Instrument(GUARD_RECORDED, OBSERVABLE_COUNTER, "{row}",
+               "Rows given a wire fingerprint at put, per field"),
+    Instrument(GUARD_CHECKED, OBSERVABLE_COUNTER, "{row}",
+               "Rows whose wire fingerprint was recomputed and compared at get, per field"),
+    Instrument(GUARD_MISMATCHED, OBSERVABLE_COUNTER, "{row}",
+               "Checked rows whose wire fingerprint differed from the writer's, per field"),
+    Instrument(GUARD_UNVERIFIED, OBSERVABLE_COUNTER, "{row}",
+               "Rows read back without a usable wire fingerprint, per field"),
+    Instrument(GUARD_SKIPPED, OBSERVABLE_COUNTER, "{field}",
+               "Fields the wire guard could not fingerprint or compare, per reason"),
+    Instrument(GUARD_FAILURES, OBSERVABLE_COUNTER, "{error}",
+               "Exceptions raised inside the wire guard (swallowed), per error type"),
+    # Weight sync (weights/meter.py).
+    Instrument(WEIGHTS_SYNC_DURATION, HISTOGRAM, "s",
+               "One weight sync, one side: first tensor to last"),
+    Instrument(WEIGHTS_TRANSFERRED, OBSERVABLE_COUNTER, "By",
+               "Weight payload bytes moved, by side"),
+    Instrument(WEIGHTS_TENSORS, OBSERVABLE_COUNTER, "{tensor}",
+               "Weight tensors moved, by side"),
+    Instrument(WEIGHTS_VERSION, OBSERVABLE_GAUGE, "{version}",
+               "Version (trainer step) of the last completed sync"),
+    Instrument(WEIGHTS_CHECKED, OBSERVABLE_COUNTER, "{tensor}",
+               "Received weight tensors checked against the sender's"),
+    Instrument(WEIGHTS_MISMATCHED, OBSERVABLE_COUNTER, "{tensor}",
+               "Weight tensors that failed the check, by reason"),
+    Instrument(STEP_WEIGHT_SYNC, OBSERVABLE_COUNTER, "s",
+               "Weight-sync time inside a step, on its thread"),
+)}
+# A View that makes a second family of an instrument: the op duration's exponential one.
+VIEWS = {OP_DURATION_NATIVE: OP_DURATION}
+
+
 # -- Prometheus series --------------------------------------------------------------------
-# Derived, not spelled again: tests/test_names.py checks the derivation against a real
-# /metrics scrape, so an exporter that names things differently fails there first.
+# Derived from the instruments' rows, not spelled again: tests/test_names.py checks the
+# derivation against a real /metrics scrape, so an exporter that names things differently
+# fails there first.
 _UNIT_WORDS = {"s": "seconds", "By": "bytes"}  # the exporter's map_unit; {row} etc. add none
 
 
@@ -54,35 +137,41 @@ def series(instrument: str, unit: str, counter: bool = False) -> str:
     return name + "_total" if counter else name
 
 
-OP_DURATION_SERIES = series(OP_DURATION, "s")
-OP_DURATION_NATIVE_SERIES = series(OP_DURATION_NATIVE, "s")
-OP_ERRORS_SERIES = series(OP_ERRORS, "{error}", counter=True)
-TRANSFERRED_SERIES = series(TRANSFERRED, "By", counter=True)
-KEYS_SERIES = series(KEYS, "{key}", counter=True)
-ROWS_MISSING_SERIES = series(ROWS_MISSING, "{row}", counter=True)
-OUTSTANDING_SIZE_SERIES = series(OUTSTANDING_SIZE, "By")  # an UpDownCounter: a gauge
-OUTSTANDING_KEYS_SERIES = series(OUTSTANDING_KEYS, "{key}")
-STEP_DURATION_SERIES = series(STEP_DURATION, "s")
-STEP_BUSY_SERIES = series(STEP_BUSY, "s", counter=True)
-STEP_EXPOSED_SERIES = series(STEP_EXPOSED, "s", counter=True)
-ROW_AGE_SERIES = series(ROW_AGE, "s")
-ROWS_UNSTAMPED_SERIES = series(ROWS_UNSTAMPED, "{row}", counter=True)
-CODEC_DURATION_SERIES = series(CODEC_DURATION, "s")
-INSTR_TIME_SERIES = series(INSTR_TIME, "s", counter=True)
-INSTR_ERRORS_SERIES = series(INSTR_ERRORS, "{error}", counter=True)
-GUARD_RECORDED_SERIES = series(GUARD_RECORDED, "{row}", counter=True)
-GUARD_CHECKED_SERIES = series(GUARD_CHECKED, "{row}", counter=True)
-GUARD_MISMATCHED_SERIES = series(GUARD_MISMATCHED, "{row}", counter=True)
-GUARD_UNVERIFIED_SERIES = series(GUARD_UNVERIFIED, "{row}", counter=True)
-GUARD_SKIPPED_SERIES = series(GUARD_SKIPPED, "{field}", counter=True)
-GUARD_FAILURES_SERIES = series(GUARD_FAILURES, "{error}", counter=True)
-WEIGHTS_SYNC_DURATION_SERIES = series(WEIGHTS_SYNC_DURATION, "s")
-WEIGHTS_TRANSFERRED_SERIES = series(WEIGHTS_TRANSFERRED, "By", counter=True)
-WEIGHTS_TENSORS_SERIES = series(WEIGHTS_TENSORS, "{tensor}", counter=True)
-WEIGHTS_VERSION_SERIES = series(WEIGHTS_VERSION, "{version}")
-WEIGHTS_CHECKED_SERIES = series(WEIGHTS_CHECKED, "{tensor}", counter=True)
-WEIGHTS_MISMATCHED_SERIES = series(WEIGHTS_MISMATCHED, "{tensor}", counter=True)
-STEP_WEIGHT_SYNC_SERIES = series(STEP_WEIGHT_SYNC, "s", counter=True)
+def instrument_series(name: str) -> str:
+    """The series of an instrument (or View) of INSTRUMENTS, from its row's unit and kind."""
+    row = INSTRUMENTS[VIEWS.get(name, name)]
+    return series(name, row.unit, counter=row.kind == OBSERVABLE_COUNTER)
+
+
+OP_DURATION_SERIES = instrument_series(OP_DURATION)
+OP_DURATION_NATIVE_SERIES = instrument_series(OP_DURATION_NATIVE)
+OP_ERRORS_SERIES = instrument_series(OP_ERRORS)
+TRANSFERRED_SERIES = instrument_series(TRANSFERRED)
+KEYS_SERIES = instrument_series(KEYS)
+ROWS_MISSING_SERIES = instrument_series(ROWS_MISSING)
+OUTSTANDING_SIZE_SERIES = instrument_series(OUTSTANDING_SIZE)
+OUTSTANDING_KEYS_SERIES = instrument_series(OUTSTANDING_KEYS)
+STEP_DURATION_SERIES = instrument_series(STEP_DURATION)
+STEP_BUSY_SERIES = instrument_series(STEP_BUSY)
+STEP_EXPOSED_SERIES = instrument_series(STEP_EXPOSED)
+ROW_AGE_SERIES = instrument_series(ROW_AGE)
+ROWS_UNSTAMPED_SERIES = instrument_series(ROWS_UNSTAMPED)
+CODEC_DURATION_SERIES = instrument_series(CODEC_DURATION)
+INSTR_TIME_SERIES = instrument_series(INSTR_TIME)
+INSTR_ERRORS_SERIES = instrument_series(INSTR_ERRORS)
+GUARD_RECORDED_SERIES = instrument_series(GUARD_RECORDED)
+GUARD_CHECKED_SERIES = instrument_series(GUARD_CHECKED)
+GUARD_MISMATCHED_SERIES = instrument_series(GUARD_MISMATCHED)
+GUARD_UNVERIFIED_SERIES = instrument_series(GUARD_UNVERIFIED)
+GUARD_SKIPPED_SERIES = instrument_series(GUARD_SKIPPED)
+GUARD_FAILURES_SERIES = instrument_series(GUARD_FAILURES)
+WEIGHTS_SYNC_DURATION_SERIES = instrument_series(WEIGHTS_SYNC_DURATION)
+WEIGHTS_TRANSFERRED_SERIES = instrument_series(WEIGHTS_TRANSFERRED)
+WEIGHTS_TENSORS_SERIES = instrument_series(WEIGHTS_TENSORS)
+WEIGHTS_VERSION_SERIES = instrument_series(WEIGHTS_VERSION)
+WEIGHTS_CHECKED_SERIES = instrument_series(WEIGHTS_CHECKED)
+WEIGHTS_MISMATCHED_SERIES = instrument_series(WEIGHTS_MISMATCHED)
+STEP_WEIGHT_SYNC_SERIES = instrument_series(STEP_WEIGHT_SYNC)
 
 
 # -- The process identity -----------------------------------------------------------------

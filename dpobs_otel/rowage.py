@@ -30,7 +30,7 @@ from time import perf_counter
 import numpy as np
 import torch
 
-from . import names
+from . import instruments, names
 from .shims.otel_sdk import bulk_add, histogram_aggregations
 from .guard.columns import (DIGEST_PREFIX, NONTENSOR_SENTINEL, STAMP, UNRECORDED_SENTINEL,
                             is_tensordict)
@@ -57,12 +57,9 @@ class RowAge:
         self._lock = threading.Lock()
         self._unstamped: dict[tuple[str, str], int] = {}
         self._window = [0.0, 0.0, 0]  # sum of ages, max age, rows: since step_metrics()
-        self._hist = _BulkHistogram(meter.create_histogram(
-            names.ROW_AGE, unit="s", description="Time from a row's put to its read"))
-        meter.create_observable_counter(
-            names.ROWS_UNSTAMPED, callbacks=[tel._safe(self._observe_unstamped,
-                                                       names.ROWS_UNSTAMPED)],
-            unit="{row}", description="Rows read without a usable write stamp, by reason")
+        self._hist = _BulkHistogram(instruments.create(meter, names.ROW_AGE))
+        instruments.create(meter, names.ROWS_UNSTAMPED, self._observe_unstamped,
+                           instruments.exported(tel.internal_error))
 
     # -- put ----------------------------------------------------------------------------
     def stamp(self, fields):

@@ -6,11 +6,10 @@ import logging
 import os
 from time import perf_counter
 
-from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, MeterProvider
 from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
 from opentelemetry.sdk.resources import Resource
-from . import names
+from . import instruments, names, observed
 from .config import Settings, disabled
 from .critical import CriticalPath, Exposure
 from .exposed import exposed_iterable
@@ -84,96 +83,14 @@ class Telemetry(TelemetryInterface):
 
     # -- instruments ------------------------------------------------------------------
     def _create_instruments(self, meter) -> None:
-        self.op_duration = meter.create_histogram(
-            names.OP_DURATION, unit="s", description="Data-plane operation time, failures included")
-        self.step_duration = meter.create_histogram(
-            names.STEP_DURATION, unit="s", description="Training step time")
-        self.codec_duration = meter.create_histogram(
-            names.CODEC_DURATION, unit="s", description="Codec work outside the client")
-        observed = [
-            (meter.create_observable_counter, names.OP_ERRORS, "{error}", self._obs_errors,
-             "Failed data-plane operations, by exception class"),
-            (meter.create_observable_counter, names.TRANSFERRED, "By", self._obs_bytes,
-             "Payload bytes moved, by direction"),
-            (meter.create_observable_counter, names.KEYS, "{key}", self._obs_keys,
-             "Sample ids named by operations"),
-            (meter.create_observable_counter, names.ROWS_MISSING, "{row}", self._obs_missing,
-             "Rows a read asked for and did not get back"),
-            (meter.create_observable_up_down_counter, names.OUTSTANDING_SIZE, "By",
-             self._obs_out_size, "Payload bytes put and not yet cleared"),
-            (meter.create_observable_up_down_counter, names.OUTSTANDING_KEYS, "{key}",
-             self._obs_out_keys, "Keys put and not yet cleared"),
-            (meter.create_observable_counter, names.STEP_BUSY, "s", self._obs_busy,
-             "Step time with a data-plane op of this process in flight"),
-            (meter.create_observable_counter, names.STEP_EXPOSED, "s", self._obs_exposed,
-             "Step time a step's own thread or task was blocked on the data plane"),
-            (meter.create_observable_counter, names.INSTR_TIME, "s", self._obs_instr_time,
-             "Time spent by dpobs itself, by component"),
-            (meter.create_observable_counter, names.INSTR_ERRORS, "{error}",
-             self._obs_instr_errors, "Internal errors dpobs swallowed, by component"),
-        ]
-        for create, name, unit, cb, desc in observed:
-            create(name, callbacks=[self._safe(cb, name)], unit=unit, description=desc)
+        self.op_duration = instruments.create(meter, names.OP_DURATION)
+        self.step_duration = instruments.create(meter, names.STEP_DURATION)
+        self.codec_duration = instruments.create(meter, names.CODEC_DURATION)
+        on_error = instruments.exported(self.internal_error)
+        for name, observe in observed.core(self.stats, self.critical).items():
+            instruments.create(meter, name, observe, on_error)
         self.op_attrs = {op: {"op": op} for op in names.OPS.values()}
         self.op_records = OpRecords(self.op_duration, self.op_attrs, self.internal_error)
-
-    def _safe(self, callback, name):
-        def run(options: CallbackOptions):
-            try:
-                return callback()
-            except Exception as exc:  # a broken callback must not break the scrape
-                self.internal_error("export", exc)
-                return []
-        run.__name__ = f"observe_{name}"
-        return run
-
-    def _obs_errors(self):
-        with self.stats.lock:
-            return [Observation(n, {"op": op, "error_type": et})
-                    for (op, et), n in self.stats.errors.items()]
-
-    def _obs_bytes(self):
-        out = []
-        with self.stats.lock:
-            for op, s in self.stats.ops.items():
-                if op in names.READ_OPS:
-                    out.append(Observation(s.read_bytes, {"op": op, "direction": "read"}))
-                elif op == "put":
-                    out.append(Observation(s.write_bytes, {"op": op, "direction": "write"}))
-        return out
-
-    def _obs_keys(self):
-        with self.stats.lock:
-            return [Observation(s.keys, {"op": op}) for op, s in self.stats.ops.items()]
-
-    def _obs_missing(self):
-        with self.stats.lock:
-            return [Observation(s.missing, {"op": op}) for op, s in self.stats.ops.items()
-                    if op in names.READ_OPS]
-
-    def _obs_out_size(self):
-        return [Observation(round(self.stats.outstanding()[0]))]
-
-    def _obs_out_keys(self):
-        return [Observation(self.stats.outstanding()[1])]
-
-    # Busy and exposed appear with the step histogram, at the first step's end: a series born
-    # earlier at 0 would count the first step in its rate while the step sum's first sample
-    # already holds it, and their ratio read high over a short run's window (the figure is in
-    # docs/performance.md, "Time on the critical path").
-    def _obs_busy(self):
-        return [Observation(self.critical.totals()[0])] if self.stats.steps else []
-
-    def _obs_exposed(self):
-        return [Observation(self.critical.totals()[1])] if self.stats.steps else []
-
-    def _obs_instr_time(self):
-        with self.stats.lock:
-            return [Observation(v, {"component": c}) for c, v in self.stats.instr_seconds.items()]
-
-    def _obs_instr_errors(self):
-        with self.stats.lock:
-            return [Observation(v, {"component": c}) for c, v in self.stats.instr_errors.items()]
 
     # -- public API -------------------------------------------------------------------
     @property

@@ -3,26 +3,21 @@ collection time and copied by `WireGuard.totals()` for per-step loggers (as the 
 stats.py does for ops), so the hot path never calls an SDK instrument."""
 from __future__ import annotations
 
+import functools
 import threading
 
-from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.metrics import Observation
 
-from .. import names
+from .. import instruments, names
 
-# kind -> (instrument name, unit, attribute, description)
+# kind -> (instrument name, the attribute its counts are keyed by)
 KINDS = {
-    "recorded": (names.GUARD_RECORDED, "{row}", "field",
-                 "Rows given a wire fingerprint at put, per field"),
-    "checked": (names.GUARD_CHECKED, "{row}", "field",
-                "Rows whose wire fingerprint was recomputed and compared at get, per field"),
-    "mismatched": (names.GUARD_MISMATCHED, "{row}", "field",
-                   "Checked rows whose wire fingerprint differed from the writer's, per field"),
-    "unverified": (names.GUARD_UNVERIFIED, "{row}", "field",
-                   "Rows read back without a usable wire fingerprint, per field"),
-    "skipped": (names.GUARD_SKIPPED, "{field}", "reason",
-                "Fields the wire guard could not fingerprint or compare, per reason"),
-    "failures": (names.GUARD_FAILURES, "{error}", "error_type",
-                 "Exceptions raised inside the wire guard (swallowed), per error type"),
+    "recorded": (names.GUARD_RECORDED, "field"),
+    "checked": (names.GUARD_CHECKED, "field"),
+    "mismatched": (names.GUARD_MISMATCHED, "field"),
+    "unverified": (names.GUARD_UNVERIFIED, "field"),
+    "skipped": (names.GUARD_SKIPPED, "reason"),
+    "failures": (names.GUARD_FAILURES, "error_type"),
 }
 
 
@@ -47,17 +42,9 @@ class GuardCounts:
 
     def register(self, meter, on_error) -> None:
         """One observable counter per kind; a failing callback is counted, never raised."""
-        for kind, (name, unit, attr, desc) in KINDS.items():
-            meter.create_observable_counter(name, callbacks=[self._observer(kind, attr, on_error)],
-                                            unit=unit, description=desc)
+        for kind, (name, attr) in KINDS.items():
+            instruments.create(meter, name, functools.partial(self._observe, kind, attr), on_error)
 
-    def _observer(self, kind, attr, on_error):
-        def observe(options: CallbackOptions):
-            try:
-                with self.lock:
-                    return [Observation(v, {attr: k}) for k, v in self._by_kind[kind].items()]
-            except Exception as exc:
-                on_error(exc)
-                return []
-        observe.__name__ = f"observe_guard_{kind}"
-        return observe
+    def _observe(self, kind: str, attr: str) -> list[Observation]:
+        with self.lock:
+            return [Observation(v, {attr: k}) for k, v in self._by_kind[kind].items()]

@@ -10,7 +10,7 @@ side, and with the guard on proven: the sender's fingerprints travel with the we
 """
 from __future__ import annotations
 
-from .. import names
+from .. import instruments, names
 from . import streams
 from .manifest import MANIFEST_NAME
 from .meter import WeightMeter
@@ -32,7 +32,7 @@ class Weights:
 
     def __init__(self, tel):
         self._tel = tel
-        self.meter = WeightMeter(tel.meter, tel._safe)
+        self.meter = WeightMeter(tel.meter, instruments.exported(tel.internal_error))
         self.prove = tel.guard is not None  # fingerprints only with the guard on
         # a transfer engine the user imported before start(): its requests made before the
         # first sync are known too (transfers.py)

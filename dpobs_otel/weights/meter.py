@@ -6,7 +6,7 @@ import threading
 
 from opentelemetry.metrics import Observation
 
-from .. import names
+from .. import instruments, names
 
 
 class WeightStats:
@@ -34,27 +34,19 @@ class WeightStats:
 class WeightMeter:
     """Creates the instruments on a Telemetry's meter; `add` records one completed side."""
 
-    def __init__(self, meter, safe):
+    def __init__(self, meter, on_error):
         self.stats = st = WeightStats()
-        self.duration = meter.create_histogram(
-            names.WEIGHTS_SYNC_DURATION, unit="s",
-            description="One weight sync, one side: first tensor to last")
-        observed = [
-            (meter.create_observable_counter, names.WEIGHTS_TRANSFERRED, "By",
-             lambda: _by_side(st, st.bytes), "Weight payload bytes moved, by side"),
-            (meter.create_observable_counter, names.WEIGHTS_TENSORS, "{tensor}",
-             lambda: _by_side(st, st.tensors), "Weight tensors moved, by side"),
-            (meter.create_observable_gauge, names.WEIGHTS_VERSION, "{version}",
-             lambda: _versions(st), "Version (trainer step) of the last completed sync"),
-            (meter.create_observable_counter, names.WEIGHTS_CHECKED, "{tensor}",
-             lambda: _checked(st), "Received weight tensors checked against the sender's"),
-            (meter.create_observable_counter, names.WEIGHTS_MISMATCHED, "{tensor}",
-             lambda: _mismatched(st), "Weight tensors that failed the check, by reason"),
-            (meter.create_observable_counter, names.STEP_WEIGHT_SYNC, "s",
-             lambda: _step_seconds(st), "Weight-sync time inside a step, on its thread"),
-        ]
-        for create, name, unit, cb, desc in observed:
-            create(name, callbacks=[safe(cb, name)], unit=unit, description=desc)
+        self.duration = instruments.create(meter, names.WEIGHTS_SYNC_DURATION)
+        observed = {
+            names.WEIGHTS_TRANSFERRED: lambda: _by_side(st, st.bytes),
+            names.WEIGHTS_TENSORS: lambda: _by_side(st, st.tensors),
+            names.WEIGHTS_VERSION: lambda: _versions(st),
+            names.WEIGHTS_CHECKED: lambda: _checked(st),
+            names.WEIGHTS_MISMATCHED: lambda: _mismatched(st),
+            names.STEP_WEIGHT_SYNC: lambda: _step_seconds(st),
+        }
+        for name, observe in observed.items():
+            instruments.create(meter, name, observe, on_error)
         self.attrs = {side: {"side": side} for side in names.WEIGHT_SIDES}
 
     def add(self, side: str, version: int, seconds: float, nbytes: int, tensors: int,
