@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/micro.py
 
-Prints microseconds per call (best of 5 timeit repeats); docs/performance.md keeps the figures.
+Prints microseconds per call (best of 5 timeit repeats); docs/development/performance.md keeps the figures.
 """
 from __future__ import annotations
 

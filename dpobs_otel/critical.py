@@ -79,12 +79,12 @@ class CriticalPath:
         # lock, so a reading in between counts the interval up to its own later clock; the
         # counters must never go back (Prometheus reads any decrease as a reset and adds the
         # whole value to the rate: busy_frac read high on TransferQueue that way; the figure
-        # is in docs/performance.md, "Time on the critical path").
+        # is in docs/development/performance.md, "Time on the critical path").
         self._reported = (0.0, 0.0)
 
     # -- ops ----------------------------------------------------------------------------
     # begin() and end() run on every op: one short lock hold each, taken with
-    # acquire/release (cheaper than `with`: docs/performance.md). Events arrive in time order but
+    # acquire/release (cheaper than `with`: docs/development/performance.md). Events arrive in time order but
     # for the instant between reading the clock and taking the lock.
     def begin(self, t1: float) -> Step | None:
         """An op's measured interval starts at t1. Returns the step it exposes (the caller

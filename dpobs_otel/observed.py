@@ -48,7 +48,7 @@ def outstanding_keys(stats, critical):
 # Busy and exposed appear with the step histogram, at the first step's end: a series born
 # earlier at 0 would count the first step in its rate while the step sum's first sample
 # already holds it, and their ratio read high over a short run's window (the figure is in
-# docs/performance.md, "Time on the critical path").
+# docs/development/performance.md, "Time on the critical path").
 def busy(stats, critical):
     return [Observation(critical.totals()[0])] if stats.steps else []
 

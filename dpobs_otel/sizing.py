@@ -43,7 +43,7 @@ def tensor_nbytes(t: torch.Tensor) -> int:
 
 def _jagged_nbytes(t) -> int:
     # A jagged tensor's public numel/nbytes dispatch through __torch_function__; the values
-    # buffer answers two orders of magnitude faster (docs/performance.md). The buffer may view
+    # buffer answers two orders of magnitude faster (docs/development/performance.md). The buffer may view
     # a larger allocation (torch.nested.narrow sets _lengths; a view of some rows leaves
     # offsets[0] > 0), so the row span comes from the offsets, never from the buffer's length.
     values = torch_jagged.values(t)
@@ -61,7 +61,7 @@ _I64 = ctypes.c_int64
 
 def _offsets_span(off: torch.Tensor) -> int:
     """offsets[-1] - offsets[0], read in place from a contiguous int64 CPU tensor (the tensor
-    stays alive for the read): cheaper than indexing it twice (docs/performance.md)."""
+    stays alive for the read): cheaper than indexing it twice (docs/development/performance.md)."""
     if off.is_cpu and off.dtype is torch.int64 and off.is_contiguous():
         p = off.data_ptr()
         return _I64.from_address(p + 8 * (off.shape[0] - 1)).value - _I64.from_address(p).value
@@ -146,7 +146,7 @@ def _stack_size(stack) -> int:
 
 def _row_value(row):
     # NonTensorData.data goes through tensorclass attribute dispatch; the value sits in its
-    # non-tensor dict, ten times cheaper to read (docs/performance.md). Fall back to the public attribute if that moves.
+    # non-tensor dict, ten times cheaper to read (docs/development/performance.md). Fall back to the public attribute if that moves.
     if type(row) is NonTensorData:
         nt = getattr(row, "_non_tensordict", None)
         return nt["data"] if nt is not None and "data" in nt else row.data

@@ -266,9 +266,9 @@ def start(role: str | None = None, rank: int | None = None, *, job: str | None =
     tls_client_cafile. reconcile_rows: rows put between occupancy reconciliations. row_age:
     rows carry their write time, reads observe their age (rowage.py). trace: spans of ops,
     steps and waits at /trace; trace_ring: spans kept; trace_every: trace one step in this
-    many; node: the spans' node (default the host name); docs/timeline.md. tq_metrics: a
+    many; node: the spans' node (default the host name); docs/guides/timeline.md. tq_metrics: a
     measured transfer_queue.init() turns TransferQueue's own exporter on where the config
-    leaves it unset, and announces it for file_sd (docs/transferqueue.md). exporters: in
+    leaves it unset, and announces it for file_sd (docs/guides/transferqueue.md). exporters: in
     place of the Prometheus exporter (dpobs_otel.exporters). OTEL_SDK_DISABLED=true or
     DPOBS_DISABLED=1 turns dpobs off: the result instruments nothing and serves nothing."""
     if disabled():

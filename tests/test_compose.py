@@ -219,7 +219,7 @@ def test_every_published_port_is_on_loopback_by_default(compose):
 def test_the_user_opens_the_ports_deliberately(compose):
     wide = published(compose, {"DPOBS_BIND": "0.0.0.0"})
     assert all(ip == "0.0.0.0" for each in wide.values() for ip, _ in each), wide
-    docs = (ROOT / "docs" / "compose.md").read_text()
+    docs = (ROOT / "docs" / "guides" / "compose.md").read_text()
     assert "DPOBS_BIND" in docs and "GF_ADMIN_PASSWORD" in docs
 
 

@@ -1,4 +1,4 @@
-"""docs/frameworks/: one page per RL framework (issue 35, item 4). Every page is linked from the
+"""docs/guides/frameworks/: one page per RL framework (issue 35, item 4). Every page is linked from the
 index; every dpobs name a page mentions exists in the package; and every code block marked
 `<!-- runs: send -->` or `<!-- runs: receive -->` runs, in a subprocess on loopback, against
 the stand-ins the index documents, with dpobs's own /metrics then showing exactly the bytes
@@ -20,7 +20,7 @@ from dpobs_otel.weights import Weights
 from dpobs_otel.weights.sync import Sync
 
 REPO = Path(__file__).resolve().parents[1]
-PAGES_DIR = REPO / "docs" / "frameworks"
+PAGES_DIR = REPO / "docs" / "guides" / "frameworks"
 INDEX = PAGES_DIR / "README.md"
 PAGES = ("verl", "nemo-rl", "openrlhf", "slime", "trl")
 # A runnable block: the marker line, then a ```python fence.
@@ -46,7 +46,7 @@ def test_every_page_exists_and_the_index_links_it():
 
 def test_the_verl_page_points_at_the_full_one():
     assert "](../verl.md)" in _text("verl")
-    assert (REPO / "docs" / "verl.md").exists()
+    assert (REPO / "docs" / "guides" / "verl.md").exists()
 
 
 def test_every_page_without_an_adapter_has_a_runnable_send_block():
@@ -92,7 +92,7 @@ def test_every_dpobs_name_on_the_page_exists(page):
 
 
 # -- the runnable blocks ------------------------------------------------------------------
-# The stand-ins docs/frameworks/README.md documents, defined afresh for every block.
+# The stand-ins docs/guides/frameworks/README.md documents, defined afresh for every block.
 STANDINS = '''
 import torch
 step = 7

@@ -11,8 +11,9 @@ fractions) compare with the truth of the measured steps.
 rate() extrapolates each series by up to half a scrape interval before its first sample and
 one after its last, and each process is scraped at its own offset, so a ratio of two
 processes' rates (an op's share, when rollouts put and trainers get) can be off by about
-1.5 intervals over the span the series were sampled. A short run's series live a few
-seconds: with 1 s scrapes a share was seen 49% off. So `dpobs compare` scrapes every 250 ms
+1.5 intervals over the span the series were sampled, and a short run's series live a
+few seconds (how far off 1 s scrapes read: docs/development/performance.md, "dpobs
+compare"). So `dpobs compare` scrapes every 250 ms
 and, after the run, holds its processes (idle: their counters no longer move) until every
 series has SETTLE samples, which bounds that error near 1.5 / (SETTLE - 1) = 5%.
 

@@ -5,7 +5,7 @@ and waits for them, or, for a store that overlaps them with its own I/O
 (protocol.OverlapsGuard), does not wait until the store needs the digests. Each helper limits
 OpenMP to one thread *for itself* (an OpenMP setting is per calling thread; the caller's and
 everyone else's stay as they were), so the kernels' ops can be SERIAL_FACTOR times larger
-without ever going parallel, which is faster even on two cores (docs/performance.md).
+without ever going parallel, which is faster even on two cores (docs/development/performance.md).
 
 A hook spreads its chunks over as many threads as its caller has torch intra-op threads
 (`width()`, at most sums.MAX_WORKERS): itself and members of a second crew of such helpers
@@ -30,7 +30,7 @@ __all__ = ["run", "submit", "share", "spread", "width", "on_cpu", "pool", "seria
 
 WORKERS = 4  # puts and gets fingerprinted at once
 # A hook whose tensors hold fewer bytes than this runs on its one helper, not spread: handing
-# small fields to more threads costs more than a second core gives back (docs/performance.md,
+# small fields to more threads costs more than a second core gives back (docs/development/performance.md,
 # "The wire guard": a 0.5 MB TransferQueue batch fingerprints faster on one thread).
 SPREAD_MIN_BYTES = 8 << 20
 CREW = 7  # helpers that share a hook's chunks (sums.MAX_WORKERS caps how many one hook asks)

@@ -6,7 +6,7 @@ reference.py specifies; no unsigned tensor is ever created, so the same code run
 
 CPU chunks. Each op works on at most CPU_CHUNK_WORDS words, just under torch's parallel grain
 size (32768 elements), so it runs on the thread that called it: no OpenMP barrier to stall on
-when the machine is busy (docs/performance.md, "The wire guard", has the figure). Up to
+when the machine is busy (docs/development/performance.md, "The wire guard", has the figure). Up to
 `_workers()` Python threads share a field's chunks instead (pool.share; torch releases the
 GIL inside every op): as many as the hook's caller has intra-op threads, so a put or get
 uses the cores its own torch ops would. Accelerators take a field in one chunk, with no host
@@ -32,13 +32,13 @@ CPU_CHUNK_WORDS = 511 * BLOCK  # 32704: under the grain size, a whole number of 
 SERIAL_FACTOR = 4
 # Python threads sharing a field's chunks, at most. Each chunk's ops hold the GIL only while
 # they are dispatched, a small part of a chunk (the serial chunks are SERIAL_FACTOR times
-# larger); past a few threads the GIL, not the cores, is the limit (docs/performance.md).
+# larger); past a few threads the GIL, not the cores, is the limit (docs/development/performance.md).
 MAX_WORKERS = 8
 MAX_TABLES = 256  # short power tables kept (per base, length and device)
 # Positions per piece of the row-boundary lookups on the CPU: each piece's (positions, 64)
 # ops then stay under the grain size, like the chunks. (The gather itself never goes
 # parallel: torch loops over a 1-D gather's index serially. Smaller pieces pay the per-op
-# overhead many times over: docs/performance.md.)
+# overhead many times over: docs/development/performance.md.)
 GATHER_ROWS = CPU_CHUNK_WORDS // BLOCK
 _LOW = 1 << 15  # positions split into 15-bit halves for the two-level power tables
 _LOW_MASK = _LOW - 1

@@ -20,7 +20,7 @@ Run it (foreground; it starts Prometheus with `--enable-feature=agent` on 2.x, `
 on 3.x, and `--enable-feature=native-histograms`). It has two remote_write queues: every
 classic series, and the native histogram alone; a receiver that refuses native histograms
 costs only the latter, which the agent then drops (`--native-histograms auto|always|never`;
-docs/receivers.md says what each receiver takes):
+docs/guides/receivers.md says what each receiver takes):
 
     dpobs agent --sd-dir {SD_DIR} --remote-write {URL} --node {NODE}
 
@@ -36,7 +36,7 @@ Mimir (add `--header 'X-Scope-OrgID: <tenant>'`), Thanos Receive, VictoriaMetric
 A receiver that is down at start is not an error: the agent keeps a WAL and retries.
 
 Kubernetes: ../kubernetes has the agent as a sidecar of a multi-rank pod and as a
-DaemonSet; see docs/kubernetes.md.
+DaemonSet; see docs/guides/kubernetes.md.
 """
 
 

@@ -3,7 +3,7 @@
 - The PrometheusRule carries the groups of the generated rule files unchanged (built from
   the same Config), so a cluster evaluates exactly the rules the promtool tests cover.
 - Pods that run many ranks: the agent as a sidecar of a training Job, or as a DaemonSet
-  with a training Job shaped for it (kubernetes_workloads.py; docs/kubernetes.md).
+  with a training Job shaped for it (kubernetes_workloads.py; docs/guides/kubernetes.md).
 - The PodMonitor is for pods that run one rank on a fixed, named port: it gives each target
   the labels file_sd gives it elsewhere (job, role, rank). Pods opt in with labels and a port:
     labels:  dpobs.io/role: trainer   dpobs.io/rank: "0"   dpobs.io/job: grpo-run-7 (optional)

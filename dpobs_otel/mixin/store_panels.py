@@ -1,5 +1,5 @@
 """The overview's row *The store's own account* (DESIGN.md "Recording rules": the
-job_op:dpobs_store_* records; docs/transferqueue.md "The store's own account"): where an op's
+job_op:dpobs_store_* records; docs/guides/transferqueue.md "The store's own account"): where an op's
 time goes, client or server, and whether every process that touches the store is measured.
 Empty for a job whose store has no exporter scraped (no `tq-controller` target): every query
 here reads the store's records or its own series. DpobsUnmeasuredClients's runbook section
@@ -51,7 +51,7 @@ def store_panels(c: Config, job: str) -> list:
         timeseries_panel(
             "Coverage per op",
             "Calls the measured clients made / calls the store served, per op (each counted "
-            "by a request only that op makes: docs/transferqueue.md, Coverage), and for the "
+            "by a request only that op makes: docs/guides/transferqueue.md, Coverage), and for the "
             "job. 100%: every process that touches the store is measured; below it, "
             "something moves data without dpobs; 0: no measured process makes that op. "
             + alert, "percentunit",

@@ -277,7 +277,7 @@ def parse(text: str, timestamp: float = 0.0) -> ProcessTotals:
 
     Label sets are parsed by prometheus_client's parser and memoised: they are bounded by
     design and repeat across scrapes and processes, and label parsing is nearly all of the
-    parser's time (docs/performance.md has both costs). A line this reading does not
+    parser's time (docs/development/performance.md has both costs). A line this reading does not
     understand falls back to the full parser for the whole body."""
     try:
         return totals_from_samples(_samples(text), timestamp)

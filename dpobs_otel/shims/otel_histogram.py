@@ -3,7 +3,7 @@ aggregation objects once the SDK has made them.
 
 Why: `Histogram.record` builds a Measurement, reads the context, asks the exemplar filter,
 copies and sorts the attributes to hash them, and finds the aggregation again for every
-reader, on every op; that dispatch was most of dpobs's cost per op (docs/performance.md).
+reader, on every op; that dispatch was most of dpobs's cost per op (docs/development/performance.md).
 Nothing about it changes between two ops of the same name, so after the first record of an
 op the aggregations it reached are kept, and later ops add to them directly. What the SDK
 collects and every reader exports is unchanged: the same aggregation objects, updated the

@@ -2,7 +2,7 @@
 module alone, each behind a guard with a public fallback.
 
 Why private names: `Histogram.record` pays the SDK's whole dispatch on every op
-(docs/performance.md), native histograms need an aggregation the SDK lacks, and exporters
+(docs/development/performance.md), native histograms need an aggregation the SDK lacks, and exporters
 before 0.63b0 take no `registry=`. Why one module: a release that renames one (nothing
 promises they stay) must cost a fallback, never an import error or a lost op. Each name is
 spelled once, in NAMES, AGGREGATION_FIELDS or OWNED, so tests/shims/test_otel_sdk.py can take

@@ -1,7 +1,7 @@
 """The one place dpobs reads torch's private attributes of jagged nested tensors.
 
 torch.nested's public accessors (numel, nbytes, values(), offsets()) dispatch through
-__torch_function__ on the hot path; the attributes below are plain reads (docs/performance.md,
+__torch_function__ on the hot path; the attributes below are plain reads (docs/development/performance.md,
 "The hot path's shortcuts", has the figures and their command). Each is pinned by
 tests/shims/test_torch_jagged.py on the pinned torch, so an upgrade that changes their meaning
 fails there, not as wrong byte counts or digests.
@@ -24,7 +24,7 @@ from torch.nested._internal.nested_tensor import NestedTensor
 def is_jagged(t) -> bool:
     """Is t a jagged nested tensor? Told by its type: the tensor's own is_nested, layout,
     device and dtype dispatch through __torch_function__ (each a dispatch, several per field
-    of every guarded put and get: docs/performance.md, "The one-pass C kernel")."""
+    of every guarded put and get: docs/development/performance.md, "The one-pass C kernel")."""
     return isinstance(t, NestedTensor)
 
 

@@ -1,4 +1,4 @@
-"""`dpobs top`'s lines of the store's own account (issue 33; docs/transferqueue.md "The
+"""`dpobs top`'s lines of the store's own account (issue 33; docs/guides/transferqueue.md "The
 store's own account"): per job and op, the server share (the store's seconds for the op's
 requests / the clients' seconds in it) and the coverage (calls the measured clients made /
 calls the store served), and the job's coverage over all ops. Read from the recording rules

@@ -2,7 +2,7 @@
 
 The hot path appends one tuple to a bounded deque (thread-safe in CPython, the oldest record
 dropped when full): building an OpenTelemetry SDK span per op costs more than the whole
-per-op budget (docs/timeline.md, "The ring", has the figure and its command), so SDK spans
+per-op budget (docs/guides/timeline.md, "The ring", has the figure and its command), so SDK spans
 are made from the records off the hot path, only when an OTLP exporter asks for them
 (otlp.py). Times are the caller's perf_counter() readings, turned into wall-clock
 nanoseconds when the ring is read.

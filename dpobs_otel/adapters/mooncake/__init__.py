@@ -2,7 +2,7 @@
 
     from mooncake.store import MooncakeDistributedStore
     from dpobs_otel.adapters.mooncake import MooncakeDataPlane, instrument_store
-    store = MooncakeDistributedStore(); store.setup(...)      # docs/mooncake.md
+    store = MooncakeDistributedStore(); store.setup(...)      # docs/guides/mooncake.md
     client = tel.instrument(MooncakeDataPlane(store))         # the protocol, measured
     raw = instrument_store(tel, store)                        # or Mooncake's own API, measured
     MooncakeInstrumentor().instrument()                       # or every store, no code change

@@ -18,7 +18,7 @@ has none) instead of refusing the read; a put without one keeps the row's old st
 Mooncake has no key listing, and two clients upserting one key at once can lose it, so no
 key is written by two processes on purpose: the listing lives in per-writer slots
 (index.py), manifests and values are per row. Two processes writing the same row at
-the same instant is the one race left (docs/mooncake.md).
+the same instant is the one race left (docs/guides/mooncake.md).
 
 Every store call the plane makes (its index's and its deferred removals' too) is marked as
 dpobs's own: MooncakeInstrumentor, if active, leaves them to the plane's own measurement.
@@ -94,7 +94,7 @@ class MooncakeDataPlane:
 
     `lease_s`: the master's -default_kv_lease_ttl in seconds; a clear that meets a read
     lease removes the rest now and the leased keys `lease_s` later (`pending_clears` counts
-    them meanwhile; docs/mooncake.md). `namespace` prefixes every key."""
+    them meanwhile; docs/guides/mooncake.md). `namespace` prefixes every key."""
 
     def __init__(self, store, *, namespace: str = "dpobs", lease_s: float = 10.0):
         self._store = store

@@ -3,7 +3,7 @@
 The guard hands the data plane one digest column per tensor field (`__dpobs_digest_v2__:<field>`,
 int64 (N,)). TransferQueue stores and gathers every field row by row, so those columns
 doubled the fields a guarded put writes and a guarded read fetches, and a guarded get cost
-nearly twice a bare one (docs/performance.md, "TransferQueue"). TransferQueue also keeps
+nearly twice a bare one (docs/development/performance.md, "TransferQueue"). TransferQueue also keeps
 per-row tags (its `custom_meta`), which a read fetches with the metadata it looks up before
 any data moves. So on TransferQueue the digests travel as tags.
 
@@ -31,7 +31,7 @@ Row age (rowage.py) rides in the same entry: its stamp column is one more key of
 whose value is one int64 longer. A delta write's entry carries the new stamp and rewrites the
 stamp of the row's older entries (the overlap rule above): the row is restamped. With the guard
 off a stamped put writes an entry of its own, `__dpobs_digest_v2__:%stamp`, and goes through
-the three-step put below (docs/performance.md, "Row age", has what that costs). A data_parser
+the three-step put below (docs/development/performance.md, "Row age", has what that costs). A data_parser
 leaves the stamp as it is: the write time stays true whatever the parser does to the values.
 
 `put_with_digests` is the guarded put: kv_batch_put's own three steps, so that the writer
@@ -153,9 +153,9 @@ def put_with_digests(client, sample_ids, partition_id, fields, tags, data_parser
 
     The steps run as one coroutine on the client's own loop, one hand-off to it as
     kv_batch_put makes (TransferQueue's `_run_coroutine`); each of the client's sync calls
-    is a hand-off of its own, and the second one cost a guarded put about 0.3-0.5 ms
-    (docs/performance.md, "TransferQueue"). A client without that runner takes the sync
-    calls."""
+    is a hand-off of its own, and a second one shows in a guarded put's time (the figure
+    and its command: docs/development/performance.md, "TransferQueue"). A client without
+    that runner takes the sync calls."""
     fields_words, tags_words = _length_refusals()  # TransferQueue's checks, in its words
     if fields.batch_size[0] != len(sample_ids):
         raise ValueError(fields_words.format(n=len(sample_ids), m=fields.batch_size[0]))

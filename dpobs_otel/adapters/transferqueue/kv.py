@@ -7,7 +7,7 @@ keys, missing rows, occupancy and the wire guard all live in the core's one wrap
 and close also turn TransferQueue's own exporter on when asked and announce it
 (store_metrics.py); anything else (get_client, ...) passes through to the module.
 
-What TransferQueue does that the adapter has to handle (docs/transferqueue.md):
+What TransferQueue does that the adapter has to handle (docs/guides/transferqueue.md):
   * kv_batch_get drops absent keys silently when others are present, and returns an EMPTY
     TensorDict when a selected field is missing on some key. The second becomes a KeyError;
     for the first, the core sees a short read, counts the rows missing, and asks

@@ -2,7 +2,7 @@
 release, which controller requests and which storage-unit requests (the op_type values of
 TransferQueue's own exporter, exporter.py) one measured call makes, dpobs's own calls
 included, so that dpobs's op counts and the store's request counts can stand side by side
-(docs/transferqueue.md, "The store's own account", prints it).
+(docs/guides/transferqueue.md, "The store's own account", prints it).
 
 A row is a call as the adapter makes it, named `<api>.<op>[:<variant>]`: api `kv` (kv.py: the
 kv_* functions, sync and async, kv_put and kv_batch_get_by_meta as their batch forms) or
@@ -196,7 +196,7 @@ def expected(calls: Mapping[str, int], release: tuple[int, ...] | None = None,
 
 
 def markdown() -> str:
-    """TABLE as docs/transferqueue.md prints it (a test holds the two equal)."""
+    """TABLE as docs/guides/transferqueue.md prints it (a test holds the two equal)."""
     rows = ["| call | what it is | dpobs op | from | controller requests, per call | "
             "storage requests, per unit the rows live on |", "|---|---|---|---|---|---|"]
     for call, entries in TABLE.items():

@@ -1,5 +1,5 @@
 """TransferQueue's own Prometheus exporter beside dpobs's: turned on when asked, and its
-endpoint registered for file_sd next to the measured processes (docs/transferqueue.md,
+endpoint registered for file_sd next to the measured processes (docs/guides/transferqueue.md,
 "The store's own account").
 
 Asked: with DPOBS_TQ_METRICS=1 (Settings.tq_metrics) a measured transfer_queue.init passes

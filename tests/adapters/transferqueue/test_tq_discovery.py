@@ -314,7 +314,7 @@ def test_the_instrumentor_patches_init_and_close_and_puts_them_back(monkeypatch)
 def test_the_documented_table_is_the_code():
     from dpobs_otel.adapters.transferqueue.requests import CALLS, TABLE, markdown
 
-    doc = open(os.path.join(REPO, "docs", "transferqueue.md")).read()
+    doc = open(os.path.join(REPO, "docs", "guides", "transferqueue.md")).read()
     block = doc.split("<!-- requests-table")[1].split("<!-- /requests-table -->")[0]
     assert block.split("\n", 1)[1].strip() == markdown()
     assert list(CALLS) == list(TABLE)
