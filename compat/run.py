@@ -10,7 +10,12 @@ swapped into the suite's own .venv, and the dry-run resolutions beside each fram
 Prints each step's time and a summary table; exits non-zero if anything failed.
 
     python compat/run.py [--only CELL,...] [--checks core+guard,transferqueue,demo]
-                         [--skip-swap] [--skip-resolve] [--keep]
+                         [--swap VERSION,...] [--swap-tests own-e2e] [--skip-swap]
+                         [--skip-resolve] [--keep]
+
+--swap names the TransferQueue releases swapped into the suite's .venv (default cells.toml's
+[swap], and none with --only); --swap-tests own-e2e runs only each release's own e2e tests
+and the kv entry points there (SWAP_OWN_E2E), which is what CI runs for every release.
 """
 from __future__ import annotations
 
@@ -38,6 +43,10 @@ CORE = ["tests/shims/test_otel_histogram.py", "tests/test_client.py", "tests/tes
         "tests/test_telemetry.py", "tests/shims/test_asyncio_tasks.py", "tests/test_imports.py",
         "tests/test_network.py", "tests/guard", "tests/stores"]
 ADAPTER = ["tests/adapters/transferqueue"]
+# A swapped release under CI: its own e2e tests through the adapter (every call counted, guard
+# off and on) and every kv_* entry point measured, refusals included.
+SWAP_OWN_E2E = ["tests/adapters/transferqueue/test_tq_own_e2e.py",
+                "tests/adapters/transferqueue/test_transferqueue_calls.py"]
 SHOWN = ["torch", "tensordict", "transferqueue", "ray", "numpy", "opentelemetry-sdk",
          "opentelemetry-exporter-prometheus"]
 
@@ -200,6 +209,9 @@ def main() -> int:
     ap.add_argument("--only", default=None, help="comma-separated cell names")
     ap.add_argument("--checks", default=None, help="comma-separated: core+guard, "
                     "transferqueue, demo (default all)")
+    ap.add_argument("--swap", default=None, help="comma-separated TransferQueue releases "
+                    "to swap into the suite's .venv (default cells.toml's [swap])")
+    ap.add_argument("--swap-tests", choices=["adapter", "own-e2e"], default="adapter")
     ap.add_argument("--skip-swap", action="store_true")
     ap.add_argument("--skip-resolve", action="store_true")
     ap.add_argument("--keep", action="store_true", help="keep each cell's virtualenv")
@@ -223,8 +235,10 @@ def main() -> int:
     # own beside the cells (downloads, while the cells use the CPUs).
     net = concurrent.futures.ThreadPoolExecutor(1)
     resolves = [] if args.skip_resolve else [net.submit(resolve, r) for r in spec["resolve"]]
-    swaps = [] if args.skip_swap or args.only else [
-        net.submit(swap_install, v) for v in spec["swap"]["transferqueue"]]
+    versions = (args.swap.split(",") if args.swap
+                else [] if args.only else spec["swap"]["transferqueue"])
+    swaps = [] if args.skip_swap else [net.submit(swap_install, v) for v in versions]
+    swap_tests = SWAP_OWN_E2E if args.swap_tests == "own-e2e" else ADAPTER
 
     with concurrent.futures.ThreadPoolExecutor(1) as builder:
         pending = builder.submit(build, cells[0], extras) if cells else None
@@ -258,7 +272,7 @@ def main() -> int:
             env = cell_env(os.pathsep.join([str(target), str(REPO)]))
             pytest = [str(SUITE_PY), "-m", "pytest", "-q", "-p", "no:cacheprovider",
                       "-o", "addopts="]
-            rc2, s2, out2 = sh([*ns, *pytest, *ADAPTER], cwd=REPO, env=env, timeout=1500)
+            rc2, s2, out2 = sh([*ns, *pytest, *swap_tests], cwd=REPO, env=env, timeout=1500)
             summary = next((ln for ln in reversed(out2.splitlines()) if ln.strip()), "")
             log(f"transferqueue {v} (suite .venv): {'ok' if rc2 == 0 else 'FAILED'} in "
                 f"{s2:.0f} s - {summary[:150]}")
