@@ -104,8 +104,11 @@ def requirements(cell: dict, extras: str) -> tuple[list[str], list[str]]:
         rc, _, text = sh([sys.executable, str(REPO / "compat" / "floor.py"), *cell["floor"]])
         if rc:
             raise RuntimeError(text)
-        # Issue 29: the floors install together as wheels.
-        return text.split(), ["--only-binary", ":all:"]
+        # Issue 29: the floors install together as wheels. antlr4-python3-runtime (hydra-core's,
+        # for TransferQueue) exists only as an sdist: without it the resolver falls back to
+        # hydra-core 0.11 and omegaconf 1.4, whose OmegaConf.create TransferQueue cannot call.
+        return text.split(), ["--only-binary", ":all:", "--no-binary",
+                              "antlr4-python3-runtime"]
     return list(cell.get("pins", [])), []
 
 

@@ -48,8 +48,17 @@ def by_field(td: TensorDictBase, index) -> TensorDict:
         elif torch_jagged.is_jagged(value):
             out.set(key, _jagged_rows(value, index, rows))
         else:
-            out.set(key, value[index if isinstance(index, slice) else torch.tensor(rows)])
+            out.set(key, _dense_rows(value, index, rows))
     return out
+
+
+def _dense_rows(value: torch.Tensor, index, rows) -> torch.Tensor:
+    if isinstance(index, slice):
+        return value[index]
+    try:
+        return value[torch.tensor(rows)]
+    except NotImplementedError:  # torch before 2.10 has no CPU index kernel for float8
+        return value.view(torch.uint8)[torch.tensor(rows)].view(value.dtype)
 
 
 def row_numbers(n: int, index):

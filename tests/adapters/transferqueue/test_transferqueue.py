@@ -47,6 +47,12 @@ def rows_of(t: torch.Tensor) -> list:
     return [r.tolist() for r in t.unbind()]
 
 
+def values_of(v) -> list:
+    """A non-tensor field's values: td[key] is a NonTensorStack on newer tensordict, its list
+    (a LinkedList) on 0.10 (verl 0.9's pin)."""
+    return v.tolist() if hasattr(v, "tolist") else list(v)
+
+
 def batch(n: int, seed: int) -> TensorDict:
     g = torch.Generator().manual_seed(seed)
     lengths = torch.randint(1, 30, (n,), generator=g).tolist()
@@ -99,7 +105,7 @@ def test_put_get_list_clear_exact_on_metrics(cluster, make_tel, guard):
     assert sorted(got.keys()) == ["adv", "mask", "score", "tok"]
     assert rows_of(got["tok"])[:n] == rows_of(td["tok"])
     assert rows_of(got["mask"])[:n] == td["mask"].tolist()
-    assert got_text["text"].tolist() == td["text"].tolist()
+    assert values_of(got_text["text"]) == values_of(td["text"])
     assert listed == {pid: {**{k: t for k, t in zip(ids, tags)}, "one": {"r": 1}}}
 
     one_row = (5 * 8 + 3 * 2 + 7 + 4) + len(msgpack.packb([{"r": 1}]))
