@@ -134,7 +134,17 @@ def test_deep_nesting_is_exact_where_msgpack_encodes_it(depth):
     obj = [1, "x"]
     for _ in range(depth):
         obj = [obj, {}, []]
-    assert encoded_size(obj) == len(msgpack.packb(obj))
+    try:
+        want = len(msgpack.packb(obj))
+    except ValueError:  # msgpack before 1.1 (the declared floor is 1.0.5) stops at depth 511
+        # Then the size is pickle's, or a sizing failure: never a guess.
+        try:
+            want = _pickle5(obj)
+        except RecursionError:
+            with pytest.raises((RecursionError, ValueError)):
+                encoded_size(obj)
+            return
+    assert encoded_size(obj) == want
 
 
 def test_nesting_nothing_can_encode_is_a_sizing_failure_not_a_guess():
