@@ -205,7 +205,10 @@ def encoded_size(obj, budget: int = NODE_BUDGET) -> int:
             return len(_packb(obj))
         except (TypeError, ValueError, OverflowError):  # e.g. a lone surrogate in a str
             pass
-    return _size(obj, _Budget(budget))
+    try:
+        return _size(obj, _Budget(budget))
+    except _TooDeep:
+        return opaque_size(obj)
 
 
 def _size(o, b: _Budget) -> int:
@@ -258,11 +261,21 @@ def _base_value(o):
     return bytes(o)
 
 
+class _TooDeep(Exception):
+    """msgpack refused a subtree's nesting, so it cannot encode the value holding it either."""
+
+
 def _deep_size(o) -> int:
-    """A subtree past MAX_DEPTH: msgpack measures it when it can encode it, else pickle."""
+    """A subtree past MAX_DEPTH: msgpack measures it when it can encode it, else pickle. A
+    subtree msgpack refuses for its nesting alone raises _TooDeep: the whole value is then
+    opaque (encoded_size), not this subtree pickled beneath a msgpack-sized rest."""
     try:
         return len(_packb(o))
-    except (TypeError, ValueError, OverflowError):
+    except ValueError as exc:
+        if "recursion" in str(exc):
+            raise _TooDeep from exc
+        return opaque_size(o)
+    except (TypeError, OverflowError):
         return opaque_size(o)
 
 

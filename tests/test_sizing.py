@@ -136,8 +136,8 @@ def test_deep_nesting_is_exact_where_msgpack_encodes_it(depth):
         obj = [obj, {}, []]
     try:
         want = len(msgpack.packb(obj))
-    except ValueError:  # msgpack before 1.1 (the declared floor is 1.0.5) stops at depth 511
-        # Then the size is pickle's, or a sizing failure: never a guess.
+    except ValueError:  # msgpack 1.0 (the declared floor is 1.0.5) stops at depth 511
+        # Then the whole value is opaque: pickle's size, or a sizing failure, never a guess.
         try:
             want = _pickle5(obj)
         except RecursionError:
