@@ -47,8 +47,14 @@ def _jagged_nbytes(t) -> int:
     # a larger allocation (torch.nested.narrow sets _lengths; a view of some rows leaves
     # offsets[0] > 0), so the row span comes from the offsets, never from the buffer's length.
     values = torch_jagged.values(t)
-    lengths = torch_jagged.lengths(t)
-    rows = int(lengths.sum()) if lengths is not None else _offsets_span(torch_jagged.offsets(t))
+    if not values.is_cpu:
+        # Metadata only: an accelerator's offsets would cost a host sync per field, so a
+        # device tensor counts the values buffer its rows view (DESIGN: "a nested tensor's
+        # values buffer"), all of it even for a view of some rows.
+        rows = values.shape[0]
+    else:
+        lengths = torch_jagged.lengths(t)
+        rows = int(lengths.sum()) if lengths is not None else _offsets_span(torch_jagged.offsets(t))
     per_row = values.element_size()
     if values.dim() > 1:  # slicing a shape costs more than the common 1-d case's check
         for d in values.shape[1:]:
@@ -65,7 +71,7 @@ def _offsets_span(off: torch.Tensor) -> int:
     if off.is_cpu and off.dtype is torch.int64 and off.is_contiguous():
         p = off.data_ptr()
         return _I64.from_address(p + 8 * (off.shape[0] - 1)).value - _I64.from_address(p).value
-    return int(off[-1] - off[0])  # e.g. on CUDA: one device-to-host read, unavoidable
+    return int(off[-1] - off[0])  # a CPU tensor of another dtype or layout
 
 
 def is_payload(obj) -> bool:

@@ -256,7 +256,7 @@ def start(role: str | None = None, rank: int | None = None, *, job: str | None =
           row_age: bool | None = None, trace: bool | None = None,
           trace_ring: int | None = None, trace_every: int | None = None,
           node: str | None = None, tq_metrics: bool | None = None,
-          exporters=None) -> "Telemetry | DisabledTelemetry":
+          weights_in_band: bool | None = None, exporters=None) -> "Telemetry | DisabledTelemetry":
     """Start dpobs in this process and return its Telemetry.
 
     Every argument left None comes from its DPOBS_<NAME> environment variable, then the
@@ -268,7 +268,9 @@ def start(role: str | None = None, rank: int | None = None, *, job: str | None =
     steps and waits at /trace; trace_ring: spans kept; trace_every: trace one step in this
     many; node: the spans' node (default the host name); docs/guides/timeline.md. tq_metrics: a
     measured transfer_queue.init() turns TransferQueue's own exporter on where the config
-    leaves it unset, and announces it for file_sd (docs/guides/transferqueue.md). exporters: in
+    leaves it unset, and announces it for file_sd (docs/guides/transferqueue.md).
+    weights_in_band: the weight proof's fingerprints travel in the weight stream, for
+    transports whose processes share no control store (docs/guides/weights.md). exporters: in
     place of the Prometheus exporter (dpobs_otel.exporters). OTEL_SDK_DISABLED=true or
     DPOBS_DISABLED=1 turns dpobs off: the result instruments nothing and serves nothing."""
     if disabled():
@@ -279,5 +281,5 @@ def start(role: str | None = None, rank: int | None = None, *, job: str | None =
         tls_certfile=tls_certfile, tls_keyfile=tls_keyfile,
         tls_client_cafile=tls_client_cafile, reconcile_rows=reconcile_rows, row_age=row_age,
         trace=trace, trace_ring=trace_ring, trace_every=trace_every, node=node,
-        tq_metrics=tq_metrics)
+        tq_metrics=tq_metrics, weights_in_band=weights_in_band)
     return Telemetry(settings, exporters)

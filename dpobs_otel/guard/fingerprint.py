@@ -18,11 +18,11 @@ from typing import Sequence
 import torch
 
 from ..shims import torch_jagged
-from . import kernel
+from . import kernel, sums
 from .reference import G, M32, field_salt, id_salt_prefix
 from .sums import sums_dense, sums_flat
 
-__all__ = ["field_digests", "id_salts", "UnsupportedField"]
+__all__ = ["field_digests", "id_salts", "to_device", "UnsupportedField"]
 
 
 class UnsupportedField(Exception):
@@ -36,11 +36,25 @@ class UnsupportedField(Exception):
 # ----------------------------------------------------------------------------- words
 
 
+def to_device(t: torch.Tensor, device) -> torch.Tensor:
+    """A host tensor copied to `device` without the host waiting: from pinned memory, queued
+    on the current stream (a copy from pageable memory makes CUDA wait for the stream)."""
+    device = torch.device(device)
+    if device.type == "cpu":
+        return t
+    if device.type == "cuda" and torch.cuda.is_available():
+        t = t.pin_memory()
+    return t.to(device, non_blocking=True)
+
+
+def _contiguous(t: torch.Tensor) -> torch.Tensor:
+    # clone, not .contiguous(): the same copy, and one FakeTensorMode runs on a CPU build
+    return t if t.is_contiguous() else t.clone(memory_format=torch.contiguous_format)
+
+
 def _as_bytes_2d(t: torch.Tensor) -> torch.Tensor:
     """(N, ...) tensor -> (N, row_bytes) uint8 view of its exact bits (copy only if needed)."""
-    t = t.detach()
-    if not t.is_contiguous():
-        t = t.contiguous()
+    t = _contiguous(t.detach())
     t = t.reshape(t.shape[0], -1)
     return t if t.dtype == torch.uint8 else t.view(torch.uint8)
 
@@ -51,10 +65,11 @@ def _bytes_to_words_2d(b: torch.Tensor) -> torch.Tensor:
     m = (nbytes + 3) // 4
     if m == 0:
         return torch.zeros((n, 0), dtype=torch.int32, device=b.device)
-    if nbytes % 4 or b.storage_offset() % 4 or (n > 1 and b.stride(0) != nbytes):
-        buf = torch.zeros((n, m * 4), dtype=torch.uint8, device=b.device)
-        buf[:, :nbytes] = b
-        b = buf
+    if nbytes % 4:
+        pad = torch.zeros((n, m * 4 - nbytes), dtype=torch.uint8, device=b.device)
+        b = torch.cat([b, pad], 1)
+    elif b.storage_offset() % 4 or (n > 1 and b.stride(0) != nbytes):
+        b = b.clone(memory_format=torch.contiguous_format)
     return b.view(torch.int32)
 
 
@@ -66,7 +81,7 @@ def _words_of_rows(rows: Sequence[torch.Tensor], device) -> tuple[torch.Tensor, 
         parts.append(w)
         offs.append(offs[-1] + w.numel())
     words = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.int32, device=device)
-    return words, torch.tensor(offs, dtype=torch.int64, device=device)
+    return words, to_device(torch.tensor(offs, dtype=torch.int64), device)
 
 
 def _relaid_words(values, offsets, unit, esize):
@@ -92,10 +107,65 @@ def _relaid_words(values, offsets, unit, esize):
     return dst.view(torch.int32), woff
 
 
+_WORKING = {1: torch.uint8, 2: torch.int16, 4: torch.int32}  # element bytes -> a plain int
+
+
+def _scattered_words(values, starts, lead, unit):
+    """Rows of a jagged buffer, row r being lead[r] leading entries from entry starts[r], each
+    laid on its own zero-padded words: (words, word offsets). One scatter of every element of
+    the buffer, with no host sync: the buffer is sized from host metadata (the values' length
+    and the row count), every element outside a row goes to a slot past the last row's words.
+    The accelerators' path (narrowed rows too); the CPU's is _relaid_words."""
+    esize = values.element_size()
+    wsize = min(esize, 4)  # 8-byte elements go as two int32 each
+    per_word, scale = 4 // wsize, unit * (esize // wsize)  # working elements per leading entry
+    src = values.reshape(-1).view(_WORKING[wsize])
+    n, dev = lead.numel(), values.device
+    first = starts * scale
+    n_elem = lead * scale
+    woff = torch.zeros(n + 1, dtype=torch.int64, device=dev)
+    torch.cumsum(torch.div(n_elem + (per_word - 1), per_word, rounding_mode="floor"), 0,
+                 out=woff.narrow(0, 1, n))
+    room = src.numel() + n * (per_word - 1)  # every row's elements and padding fit below this
+    room += (-room) % per_word
+    pos = torch.arange(src.numel(), device=dev)
+    row = (torch.searchsorted(first, pos, right=True) - 1).clamp_(min=0)
+    within = pos - torch.gather(first, 0, row)
+    dst_idx = torch.gather(woff, 0, row) * per_word + within
+    keep = (within >= 0) & (within < torch.gather(n_elem, 0, row)) & (dst_idx < room)
+    dst = torch.zeros(room + per_word, dtype=src.dtype, device=dev)  # one spare word: the slot
+    dst.index_put_((torch.where(keep, dst_idx, room),), src)
+    return dst.view(torch.int32), woff
+
+
+def _jagged_words_on_device(nt, values, offsets, inner):
+    """_jagged_words for an accelerator's tensor: the values buffer itself when every row is
+    a whole number of words, else the rows scattered onto their own words; never a sync."""
+    n = offsets.shape[0] - 1
+    offsets = offsets.to(torch.int64)
+    starts = offsets.narrow(0, 0, n)
+    lengths = torch_jagged.lengths(nt)
+    lead = lengths.to(torch.int64) if lengths is not None else offsets.narrow(0, 1, n) - starts
+    unit = 1
+    for d in inner:
+        unit *= int(d)
+    esize = values.element_size()
+    values = _contiguous(values.detach())
+    if lengths is None and (unit * esize) % 4 == 0:
+        flat = values.reshape(-1).view(torch.uint8)
+        if flat.storage_offset() % 4:
+            flat = flat.clone()
+        return flat.view(torch.int32), offsets * (unit * esize // 4), lead, inner
+    words, woff = _scattered_words(values, starts, lead, unit)
+    return words, woff, lead, inner
+
+
 def _jagged_words(nt: torch.Tensor):
     """(words, word offsets, per-row leading lengths, inner shape) of a jagged nested tensor."""
     values, offsets = torch_jagged.values(nt), torch_jagged.offsets(nt)
     inner = tuple(values.shape[1:])
+    if sums.one_chunk(values.device) and torch_jagged.ragged_dim(nt) == 1:
+        return _jagged_words_on_device(nt, values, offsets, inner)
     if not torch_jagged.tiles_values(nt):
         rows = nt.unbind()
         if rows:
@@ -111,9 +181,7 @@ def _jagged_words(nt: torch.Tensor):
     for d in inner:
         unit *= int(d)
     esize = values.element_size()
-    values = values.detach()
-    if not values.is_contiguous():
-        values = values.contiguous()
+    values = _contiguous(values.detach())
     if (unit * esize) % 4:
         words, woff = _relaid_words(values, offsets, unit, esize)
         return words, woff, lead, inner
@@ -182,7 +250,8 @@ def _jagged_digests(value: torch.Tensor, field: str, ids: torch.Tensor) -> torch
     values = torch_jagged.values(value)
     if values.is_quantized or values.device.type == "meta":
         raise UnsupportedField("unsupported_layout")
-    dense = _uniform_dense(value)
+    # the uniform check reads the offsets: the CPU's shortcut, never an accelerator's sync
+    dense = None if sums.one_chunk(values.device) else _uniform_dense(value)
     if dense is not None:
         return field_digests(dense, field, ids)
     words, woff, lead, inner = _jagged_words(value)
@@ -196,7 +265,7 @@ def _strided_nested_digests(value: torch.Tensor, field: str, ids: torch.Tensor) 
     inner = tuple(rows[0].shape[1:]) if rows else ()
     if rows and any(tuple(r.shape[1:]) != inner or r.dim() == 0 for r in rows):
         raise UnsupportedField("unsupported_layout")
-    lead = torch.tensor([r.shape[0] for r in rows], dtype=torch.int64, device=value.device)
+    lead = to_device(torch.tensor([r.shape[0] for r in rows], dtype=torch.int64), value.device)
     words, woff = _words_of_rows(rows, value.device)
     # the leading length enters per row through `lead`
     return _finish(sums_flat(words, woff), field, value.dtype, (0,) + inner, lead, ids)

@@ -20,6 +20,10 @@ Counting rules (every path that declines to check something increments a counter
 
 The counts are plain numbers under one lock, exported by observable counters, the way the
 core counts (stats.py); `totals()` hands a copy to per-step loggers.
+
+On an accelerator the host never waits per field or per row: a put's digests stay on the
+device in their columns, and a get compares on the device and brings every field's
+per-row flags back in one transfer (_settle), from which the counts are made on the host.
 """
 from __future__ import annotations
 
@@ -35,7 +39,7 @@ from .columns import (NONTENSOR_SENTINEL, STAMP, UNRECORDED_SENTINEL, digest_nam
                       is_digest_field, is_non_tensor, is_tensordict, label, leaves,
                       other_version_fields, strip_digests)
 from .counts import GuardCounts
-from .fingerprint import UnsupportedField, field_digests, id_salts
+from .fingerprint import UnsupportedField, field_digests, id_salts, to_device
 from .recover import recover_digests
 
 log = logging.getLogger("dpobs_otel.guard")
@@ -59,7 +63,7 @@ class _Salts:
             cpu = self._by_device.get("cpu")
             if cpu is None:
                 cpu = self._by_device["cpu"] = id_salts(self._ids, self._part)
-            got = self._by_device[key] = cpu.to(device)
+            got = self._by_device[key] = to_device(cpu, device)
         return got
 
 
@@ -222,8 +226,9 @@ class WireGuard:
             todo.append((path, value, result.get(digest_name(path))))
         found = _spread(lambda item: self._check_field(*item, salts), todo, salts)
         tally = _ReadTally()
-        for (path, value, _), mismatched in zip(todo, found):
-            if mismatched is not None:
+        for (path, value, _), flags in zip(todo, _settle(found)):
+            if flags is not None:
+                mismatched = self._count_flags(label(path), *flags)
                 tally.checked += mismatched[0]
                 tally.mismatched += len(mismatched[1])
                 self._log_rows(label(path), value, mismatched[1], tally, sample_ids,
@@ -252,8 +257,9 @@ class WireGuard:
         return None
 
     def _check_field(self, path, value, stored, salts):
-        """Recompute and compare one field (on any of the hook's threads): None if it could
-        not be checked, else (rows checked, the mismatched rows' indices)."""
+        """Recompute and compare one field (on any of the hook's threads), where its tensor
+        lies: None if it could not be checked, else its per-row flags (recorded, differs) as
+        one (2, N) bool tensor on that device."""
         field = label(path)
         n = stored.shape[0]
         try:
@@ -266,9 +272,14 @@ class WireGuard:
             self._fail(exc)
             self.counts.add("unverified", field, n)
             return None
-        stored = stored.to(computed.device)
+        # queued behind the compare on an accelerator; a copy to the CPU must be waited for
+        stored = stored.to(computed.device, non_blocking=computed.device.type != "cpu")
         recorded = (stored != UNRECORDED_SENTINEL) & (stored != NONTENSOR_SENTINEL)
-        diff = (computed != stored) & recorded
+        return torch.stack((recorded, (computed != stored) & recorded))
+
+    def _count_flags(self, field, recorded, diff):
+        """Count one field's host-side flags: (rows checked, the mismatched rows' indices)."""
+        n = recorded.shape[0]
         n_rec, n_mis = int(recorded.sum()), int(diff.sum())
         if n_rec < n:
             self.counts.add("unverified", field, n - n_rec)
@@ -280,6 +291,8 @@ class WireGuard:
 
     @staticmethod
     def _log_rows(field, value, rows, tally, sample_ids, partition_id):
+        if not rows:
+            return  # a clean field: its row lengths (a device read, for a jagged one) unread
         shown = rows[:max(tally.lines_left, 0)]
         for i, length in zip(shown, _row_lengths(value, shown)):
             log.error("dpobs wire guard: fingerprint mismatch: field=%s sample_id=%s row=%d "
@@ -332,6 +345,22 @@ def _spread(fn, items: list, salts: _Salts) -> list:
     out: list = [None] * len(items)
     for i, d in zip(order, done):
         out[i] = d
+    return out
+
+
+def _settle(found: list) -> list:
+    """Every field's (2, N) flags on the host, with one device-to-host transfer per device
+    for all of a read's fields (none for CPU tensors); None stays None."""
+    out = list(found)
+    by_device: dict = {}
+    for i, flags in enumerate(found):
+        if flags is not None and flags.device.type != "cpu":
+            by_device.setdefault(flags.device, []).append(i)
+    for where in by_device.values():
+        flat = torch.cat([found[i].reshape(-1) for i in where]).cpu()  # the one transfer
+        sizes = [found[i].numel() for i in where]
+        for i, part in zip(where, flat.split(sizes)):
+            out[i] = part.view(found[i].shape)
     return out
 
 

@@ -10,7 +10,8 @@ when the machine is busy (docs/development/performance.md, "The wire guard", has
 `_workers()` Python threads share a field's chunks instead (pool.share; torch releases the
 GIL inside every op): as many as the hook's caller has intra-op threads, so a put or get
 uses the cores its own torch ops would. Accelerators take a field in one chunk, with no host
-sync.
+sync; slices are narrow() calls (the same views), which torch's FakeTensorMode also runs with
+device="cuda" on a CPU build, where tests/guard/test_host_syncs.py counts the host syncs.
 
 CPU tensors go to the one-pass C kernel (kernel.py) where it was built; what follows is the
 path for accelerators and for installs without it.
@@ -62,11 +63,12 @@ class _Powers:
     @staticmethod
     def _build(base: int, n: int, device) -> torch.Tensor:
         t = torch.empty(n, dtype=torch.int32, device=device)
-        t[0] = 1
+        t.narrow(0, 0, 1).fill_(1)
         filled = 1
         while filled < n:
             k = min(filled, n - filled)
-            torch.mul(t[:k], s32(pow(base, filled, 1 << 32)), out=t[filled:filled + k])
+            torch.mul(t.narrow(0, 0, k), s32(pow(base, filled, 1 << 32)),
+                      out=t.narrow(0, filled, k))
             filled += k
         return t
 
@@ -92,7 +94,7 @@ class _Powers:
                 if cur is None or cur.numel() < n:
                     size = max(1024, 1 << max(0, n - 1).bit_length())
                     cur = self._first[key] = self._build(R, size, device)
-        return cur[:n]
+        return cur.narrow(0, 0, n)
 
     def at(self, positions: torch.Tensor, inverse: bool = False) -> torch.Tensor:
         """R^p (or R^-p) for an int64 tensor of positions p >= 0, as int32."""
@@ -186,7 +188,7 @@ def sums_dense(words: torch.Tensor) -> torch.Tensor:
 
     def body(c: int, buf: torch.Tensor) -> None:
         w = w_parts[c]
-        y = mix_into(w, buf[:w.shape[0]]).mul_(weights)
+        y = mix_into(w, buf.narrow(0, 0, w.shape[0])).mul_(weights)
         torch.sum(y, 1, dtype=torch.int32, out=o_parts[c])
 
     _run_chunks(body, len(w_parts),
@@ -208,8 +210,8 @@ def _block_prefix(words: torch.Tensor) -> torch.Tensor:
     # Every block is written below (the CPU's last chunk is zero-padded to whole chunks of
     # blocks, so the rebase is two broadcasts): no zero fill, which would be one parallel op.
     prefix = torch.empty(n_chunks * (chunk // BLOCK) + 1, dtype=torch.int32, device=dev)
-    prefix[0] = 0
-    blocks = prefix[1:]
+    prefix.narrow(0, 0, 1).zero_()
+    blocks = prefix.narrow(0, 1, prefix.numel() - 1)
     weights = POWERS.first(BLOCK, dev)
     w_parts, b_parts = words.split(chunk), blocks.split(chunk // BLOCK)
 
@@ -217,10 +219,10 @@ def _block_prefix(words: torch.Tensor) -> torch.Tensor:
         w = w_parts[c]
         length = w.numel()
         padded = buf.numel()  # the last chunk is zero-padded to a whole chunk of blocks
-        y = buf[:padded]
-        mix_into(w, y[:length])
+        y = buf
+        mix_into(w, y.narrow(0, 0, length))
         if padded > length:
-            y[length:] = 0
+            y.narrow(0, length, padded - length).zero_()
         y = y.view(-1, BLOCK).mul_(weights)
         torch.sum(y, 1, dtype=torch.int32, out=b_parts[c])
 
@@ -253,9 +255,9 @@ def _prefix_at_once(words, prefix, p):
     start = block * BLOCK
     t = torch.arange(BLOCK, device=p.device)
     # Multiplying by a 0/1 mask, and clamping the indices, cost a fraction of torch.where.
-    keep = (t < (p - start)[:, None]).to(torch.int32)
+    keep = (t < (p - start).unsqueeze(1)).to(torch.int32)
     if words.numel():  # gather: getitem and index_select are far slower here
-        idx = (start[:, None] + t).clamp_max_(words.numel() - 1)
+        idx = (start.unsqueeze(1) + t).clamp_max_(words.numel() - 1)
         g = torch.gather(words, 0, idx.reshape(-1)).view(idx.shape)
     else:
         g = torch.zeros(keep.shape, dtype=torch.int32, device=p.device)
@@ -275,4 +277,4 @@ def sums_flat(words: torch.Tensor, woff: torch.Tensor) -> torch.Tensor:
         return torch.zeros(max(n, 0), dtype=torch.int32, device=dev)
     woff = woff.to(device=dev, dtype=torch.int64)
     t = _prefix_at(words, _block_prefix(words), woff)
-    return (t[1:] - t[:-1]) * POWERS.at(woff[:-1], inverse=True)
+    return (t.narrow(0, 1, n) - t.narrow(0, 0, n)) * POWERS.at(woff.narrow(0, 0, n), inverse=True)
