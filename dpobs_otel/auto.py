@@ -1,5 +1,5 @@
-"""`DPOBS_AUTO=1`: measure TransferQueue, Mooncake's store and verl's checkpoint engines in
-every Python process, with no code change and no launcher.
+"""`DPOBS_AUTO=1`: measure TransferQueue, Mooncake's store, verl's checkpoint engines and Ray's
+object store in every Python process, with no code change and no launcher.
 
 The wheel installs `dpobs-otel-auto.pth` into site-packages; Python runs its one line at
 every interpreter start. That line imports this module only when DPOBS_AUTO is set, and
@@ -9,9 +9,9 @@ and no torch, ray or OpenTelemetry import.
 
 `install()` reads the off switch (DPOBS_DISABLED, OTEL_SDK_DISABLED) first: off, nothing is
 hooked. On, it puts a finder first on sys.meta_path that notices the import of
-`transfer_queue`, `mooncake.store` or `verl.checkpoint_engine`; once the module has
+`transfer_queue`, `mooncake.store`, `verl.checkpoint_engine` or `ray`; once the module has
 executed, its instrumentor (TransferQueueInstrumentor, MooncakeInstrumentor,
-VerlInstrumentor) instruments it (dpobs.start() then runs
+VerlInstrumentor, RayInstrumentor) instruments it (dpobs.start() then runs
 lazily on the first measured call, every setting from DPOBS_*, role and rank included).
 Because it is environment-driven, it reaches every process an environment reaches: Ray
 actors through runtime_env={"env_vars": {"DPOBS_AUTO": "1", ...}}, torchrun and srun ranks,
@@ -34,7 +34,8 @@ import sys
 # module -> (its instrumentor's module, class), imported only once the module is
 TARGETS = {"transfer_queue": ("transferqueue", "TransferQueueInstrumentor"),
            "mooncake.store": ("mooncake", "MooncakeInstrumentor"),
-           "verl.checkpoint_engine": ("verl", "VerlInstrumentor")}
+           "verl.checkpoint_engine": ("verl", "VerlInstrumentor"),
+           "ray": ("ray", "RayInstrumentor")}
 log = logging.getLogger("dpobs_otel.auto")
 
 

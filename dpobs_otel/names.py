@@ -36,6 +36,11 @@ WEIGHTS_VERSION = "dpobs.weights.version"
 WEIGHTS_CHECKED = "dpobs.weights.tensors.checked"
 WEIGHTS_MISMATCHED = "dpobs.weights.tensors.mismatched"
 STEP_WEIGHT_SYNC = "dpobs.step.weight_sync"
+RAY_SERIALIZATION = "dpobs.ray.serialization.duration"
+# DESIGN.md names the instrument dpobs.ray.owned.size and its series dpobs_ray_owned_bytes; the
+# exporter would serve dpobs_ray_owned_size_bytes for the former, so the instrument is named
+# for the series users query.
+RAY_OWNED = "dpobs.ray.owned"
 
 
 # Every instrument dpobs creates, one row each: its kind and unit are written here alone; the
@@ -114,6 +119,11 @@ INSTRUMENTS = {row.name: row for row in (
                "Weight tensors that failed the check, by reason"),
     Instrument(STEP_WEIGHT_SYNC, OBSERVABLE_COUNTER, "s",
                "Weight-sync time inside a step, on its thread"),
+    # Ray's object store (adapters/ray/meter.py); its ops use the core's op instruments.
+    Instrument(RAY_SERIALIZATION, HISTOGRAM, "s",
+               "Time a Ray op spent in Ray's serializer, by direction"),
+    Instrument(RAY_OWNED, OBSERVABLE_UP_DOWN_COUNTER, "By",
+               "Object-store bytes this process put and still references"),
 )}
 # A View that makes a second family of an instrument: the op duration's exponential one.
 VIEWS = {OP_DURATION_NATIVE: OP_DURATION}
@@ -172,6 +182,8 @@ WEIGHTS_VERSION_SERIES = instrument_series(WEIGHTS_VERSION)
 WEIGHTS_CHECKED_SERIES = instrument_series(WEIGHTS_CHECKED)
 WEIGHTS_MISMATCHED_SERIES = instrument_series(WEIGHTS_MISMATCHED)
 STEP_WEIGHT_SYNC_SERIES = instrument_series(STEP_WEIGHT_SYNC)
+RAY_SERIALIZATION_SERIES = instrument_series(RAY_SERIALIZATION)
+RAY_OWNED_SERIES = instrument_series(RAY_OWNED)
 
 
 # -- The process identity -----------------------------------------------------------------
@@ -295,6 +307,15 @@ OPS = {
     "get_data": "get_data",
 }
 READ_OPS = frozenset({"get", "get_data"})
+# Ray's object store (DESIGN.md, "Ray's object store as a data plane"): its ops share the op
+# instruments but not data-plane time (frac_of_step, busy, exposed, share, occupancy). Each
+# op's direction of bytes, if it moves any; `method` is their extra attribute.
+RAY_PUT, RAY_GET, RAY_WAIT = "ray_put", "ray_get", "ray_wait"
+RAY_CALL, RAY_ARGS, RAY_RETURN = "ray_call", "ray_args", "ray_return"
+RAY_OPS = {RAY_PUT: "write", RAY_GET: "read", RAY_WAIT: None, RAY_CALL: "write",
+           RAY_ARGS: "read", RAY_RETURN: "write"}
+RAY_METHOD = "method"
+RAY_DIRECTIONS = ("serialize", "deserialize")
 CODEC_STAGES = ("pack", "unpack")
 
 # The `component` label of dpobs_instrumentation_errors_total (and _time_seconds_total): which
@@ -313,6 +334,9 @@ COMPONENT_ADAPTER = "adapter"  # an adapter's own bookkeeping
 COMPONENT_FILE_SD = "file_sd"  # the file_sd target file (off the op's path)
 COMPONENT_WEIGHTS = "weights"  # a weight sync's bookkeeping, fingerprints and check
 COMPONENT_EXPORT = "export"  # an observable's callback at collection (off the op's path)
+COMPONENT_RAY = "ray"  # the Ray adapter's own bookkeeping on a Ray op's way
+# A private name of Ray not as known (shims/ray_private.py): ops counted and timed, bytes out.
+COMPONENT_RAY_PRIVATE = "ray_private"
 # A private name of the OpenTelemetry SDK or exporter not as known (shims/otel_sdk.py): that part
 # runs on the public API (the native op-duration family absent, if it is that one).
 OTEL_SDK_COMPONENT = "otel_sdk"

@@ -74,6 +74,23 @@ CORE = {names.OP_ERRORS: errors, names.TRANSFERRED: transferred, names.KEYS: key
         names.INSTR_ERRORS: instrumentation_errors}
 
 
+def _with_accounts(name, fn, stats, critical):
+    """The core's points of `name`, then those of the accounts kept beside it (Ray's ops)."""
+    out = fn(stats, critical)
+    for account in stats.accounts:
+        out.extend(account.observe(name))
+    return out
+
+
+# The instruments other accounts (stats.accounts) add points to.
+SHARED = frozenset({names.OP_ERRORS, names.TRANSFERRED, names.KEYS})
+
+
 def core(stats, critical) -> dict:
     """instrument name -> its callback over this Telemetry's stats and critical path."""
-    return {name: functools.partial(fn, stats, critical) for name, fn in CORE.items()}
+    return {name: functools.partial(_with_accounts if name in SHARED else _alone, name, fn,
+                                    stats, critical) for name, fn in CORE.items()}
+
+
+def _alone(name, fn, stats, critical):
+    return fn(stats, critical)

@@ -36,6 +36,10 @@ class Stats:
     step_seconds: float = 0.0
     steps: int = 0
     occupancies: list = field(default_factory=list)  # occupancy.Occupancy, one per client
+    # Accounts kept beside the core's (adapters/ray/meter.py): each an object whose
+    # observe(instrument name) adds its points to the core's op instruments at collection,
+    # and whose window() adds its keys to step_metrics(). Appended once, never removed.
+    accounts: list = field(default_factory=list)
 
     def op(self, name: str) -> OpStats:
         # Called under the lock. Get-then-insert: setdefault would build a throwaway each call.

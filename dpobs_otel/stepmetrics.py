@@ -94,6 +94,8 @@ class StepMetrics:
             out.update(weights_window(now.weights, prev.weights, step_s))
         if self._row_age is not None:  # row age (rowage.py): its own window, reset here
             out.update(self._row_age.window())
+        for account in self._stats.accounts:  # Ray's ops: their own keys, their own window
+            out.update(account.window())
         size, _ = self._stats.outstanding()
         out["dpobs/outstanding_mb"] = size / MB
         instr = now.instrumentation_s - prev.instrumentation_s

@@ -1,6 +1,6 @@
 """The instruments' table (names.INSTRUMENTS, created through dpobs_otel/instruments.py) is what
-dpobs creates: every instrument a Telemetry makes, with the guard, row age and weights on, is a
-row of it and every row is made, with the row's kind, unit and description; every instrument
+dpobs creates: every instrument a Telemetry makes, with the guard, row age and weights on and
+Ray's account beside it, is a row of it and every row is made, with the row's kind, unit and description; every instrument
 name has its row and its series; and a callback that fails reaches its on_error and leaves the
 collection whole."""
 from __future__ import annotations
@@ -12,6 +12,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 import dpobs_otel as dpobs
 from dpobs_otel import instruments, names
+from dpobs_otel.adapters.ray.meter import RayMeter
 
 
 def _spy_on_meters(monkeypatch) -> list[tuple[str, str, str, str]]:
@@ -31,6 +32,7 @@ def test_a_telemetry_creates_the_table_and_nothing_else(monkeypatch):
                       verify_tensor_hash=True, row_age=True)
     try:
         assert tel.guard is not None and tel.row_age is not None
+        RayMeter(tel)  # what the Ray adapter adds in a process that uses Ray
     finally:
         tel.shutdown()
     assert sorted(made) == sorted((r.name, f"create_{r.kind}", r.unit, r.description)

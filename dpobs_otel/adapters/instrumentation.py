@@ -197,12 +197,17 @@ class _Shared:
         self._pid = self._tel = None
         self._holders: set = set()
 
-    def take(self, holder):
+    def take(self, holder, defaults=None):
+        """The process's Telemetry, started on first use; `defaults` (setting -> value) are
+        used for settings the environment leaves unset (DPOBS_<NAME> always wins)."""
         with self._lock:
             if self._pid != os.getpid():
                 import dpobs_otel
 
-                self._tel, self._pid, self._holders = dpobs_otel.start(), os.getpid(), set()
+                given = {k: v for k, v in (defaults or {}).items()
+                         if os.environ.get(f"DPOBS_{k.upper()}") is None}
+                self._tel, self._pid = dpobs_otel.start(**given), os.getpid()
+                self._holders = set()
             self._holders.add(holder)
             return self._tel
 
@@ -225,8 +230,9 @@ class PerProcess:
     process's one started by the instrumentors (`dpobs.start()`, every setting from
     DPOBS_*). A forked child builds its own."""
 
-    def __init__(self, build: Callable, what: str, telemetry=None):
+    def __init__(self, build: Callable, what: str, telemetry=None, defaults=None):
         self._build_adapter = build
+        self._defaults = defaults  # () -> settings for a start of dpobs (see _Shared.take)
         self._what = what  # for the log line: whose first call could not start dpobs
         self._given = telemetry
         self._given_pid = os.getpid()
@@ -253,7 +259,8 @@ class PerProcess:
         try:
             tel = self._given if os.getpid() == self._given_pid else None
             if tel is None:
-                tel = self.started = _SHARED.take(self)
+                tel = self.started = _SHARED.take(
+                    self, self._defaults() if self._defaults is not None else None)
             if not tel.enabled:  # switched off: every call goes to the library, unmeasured
                 return None
             self._tel = tel

@@ -28,7 +28,7 @@ from dpobs_otel.adapters.mooncake import MooncakeInstrumentor
 
 PYPROJECT = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
 PACKAGES = {"transferqueue": "TransferQueueInstrumentor", "mooncake": "MooncakeInstrumentor",
-            "verl": "VerlInstrumentor"}
+            "verl": "VerlInstrumentor", "ray": "RayInstrumentor"}
 
 
 def test_own_calls_marks_the_block_only():
@@ -157,7 +157,8 @@ def test_entry_points_and_dpobs_auto_name_each_package_s_instrumentor():
     assert points == {"transfer_queue": "dpobs_otel.adapters.transferqueue:"
                                         "TransferQueueInstrumentor",
                       "mooncake": "dpobs_otel.adapters.mooncake:MooncakeInstrumentor",
-                      "verl": "dpobs_otel.adapters.verl:VerlInstrumentor"}
+                      "verl": "dpobs_otel.adapters.verl:VerlInstrumentor",
+                      "ray": "dpobs_otel.adapters.ray:RayInstrumentor"}
     for target in points.values():
         where, cls = target.split(":")
         assert issubclass(getattr(importlib.import_module(where), cls), Instrumentor)
@@ -168,9 +169,9 @@ def test_entry_points_and_dpobs_auto_name_each_package_s_instrumentor():
 def test_importing_a_package_imports_its_instrumentor_alone():
     # The OpenTelemetry launcher imports every entry point's package at start-up.
     code = ("import sys, dpobs_otel.adapters.transferqueue, dpobs_otel.adapters.mooncake\n"
-            "import dpobs_otel.adapters.verl\n"
-            "print(sorted(m for m in ('torch', 'transfer_queue', 'mooncake', 'tensordict', 'verl')"
-            " if m in sys.modules))")
+            "import dpobs_otel.adapters.verl, dpobs_otel.adapters.ray\n"
+            "print(sorted(m for m in ('torch', 'transfer_queue', 'mooncake', 'tensordict',"
+            " 'verl', 'ray') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr[-2000:]

@@ -21,7 +21,9 @@ def _expand(name: str) -> list[str]:
 
 
 def series(text: str) -> set[str]:
-    table = _section(text, "Metrics (OpenTelemetry instrument -> Prometheus series)")
+    """The series of the metrics table and of the Ray section's own rows."""
+    table = _section(text, "Metrics (OpenTelemetry instrument -> Prometheus series)") + \
+        _section(text, "Ray's object store as a data plane")
     rows = [r for r in table.splitlines() if r.startswith("| ") and "dpobs_" in r]
     return {n for r in rows for n in _expand(r.rstrip(" |").rsplit("|", 1)[1].strip())}
 

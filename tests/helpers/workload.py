@@ -10,6 +10,7 @@ import torch
 from tensordict import TensorDict
 
 import dpobs_otel as dpobs
+from dpobs_otel import names
 from dpobs_otel.guard import hooks
 
 
@@ -45,12 +46,21 @@ def exercise(tel) -> None:
     list(tel.weights.received(iter(pushed), version=1))  # both sides of one weight sync
     with contextlib.suppress(KeyError):
         client.get_samples(["absent"], "no-such-partition", ["x"])
+    _ray_ops(tel)
     original = hooks.field_digests
     hooks.field_digests = _raising
     try:
         client.put_samples(["g"], "p1", td[:1])
     finally:
         hooks.field_digests = original
+
+
+def _ray_ops(tel) -> None:
+    """What the Ray adapter records for a put (its account, without a Ray cluster)."""
+    from dpobs_otel.adapters.ray.meter import RayMeter
+    meter = RayMeter(tel)
+    meter.record(names.RAY_PUT, None, 0.002, 1, 4096, 0.0005)
+    meter.owned("00aa", 4096)
 
 
 @contextlib.contextmanager

@@ -1,0 +1,269 @@
+"""The measured Ray entry points and the serializer hooks that give them bytes.
+
+A measured op opens a frame on its thread; while it is open, Ray's serializer (called on the
+same thread: ray.put and a call's argument submission serialize in the caller, ray.get
+deserializes in it) adds each object's size and time to it. Outside any frame, on a worker,
+the serializer's calls are the worker's side of a task: the arguments it deserializes before
+the method runs (ray_args) and each return value it serializes after (ray_return); and a lone
+object deserialized outside a frame is an `await ref` (ray_get, its duration the
+deserialization: an ObjectRef's await cannot be hooked safely, so the time it waited is not
+seen). Each wrapper calls Ray's own function with exactly the caller's arguments and returns
+or raises exactly what it did; dpobs's own failures are counted under `ray` and swallowed.
+"""
+from __future__ import annotations
+
+import functools
+import sys
+import threading
+from time import perf_counter
+
+from ... import names
+from ...shims import ray_private as ray_names
+from .methods import carried, internal
+
+_local = threading.local()
+
+
+class Frame:
+    """What Ray's serializer did for one op on this thread: objects, their bytes, seconds.
+    op None: a call dpobs does not measure (an actor's creation) whose serialization must
+    not count as anything else."""
+    __slots__ = ("op", "count", "nbytes", "seconds", "skip")
+
+    def __init__(self, op, skip=()):
+        self.op = op
+        self.count = self.nbytes = 0
+        self.seconds = 0.0
+        self.skip = skip  # ids of the objects Ray serializes that are not arguments
+
+
+def _frame():
+    return getattr(_local, "frame", None)
+
+
+class Patches:
+    """The measured functions, each closing over Ray's own and the per-process meter."""
+
+    def __init__(self, meter, failed):
+        self.meter = meter  # () -> RayMeter, or None when dpobs is off or cannot start
+        self.failed = failed  # (exc) -> None: dpobs's own failure, counted
+        self._worker = None  # is this process a Ray worker? read once Ray has connected
+
+    # -- one measured call ------------------------------------------------------------------
+    def run(self, op, fn, args, kwargs, skip=(), done=None, method=None):
+        """fn(*args, **kwargs) as op `op`; done(meter, result, dt, frame, args, kwargs)
+        records it; a raise is recorded as a failed `op` of `method` (a get's: its refs')."""
+        meter = self.meter()
+        if meter is None:
+            return fn(*args, **kwargs)
+        frame = Frame(op, skip)
+        outer, _local.frame = _frame(), frame
+        t0 = perf_counter()
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException as exc:
+            dt = perf_counter() - t0
+            _local.frame = outer
+            self._safely(self._failed, meter, op, method, args, kwargs, dt, frame, exc)
+            raise
+        dt = perf_counter() - t0
+        _local.frame = outer
+        self._safely(done, meter, result, dt, frame, args, kwargs)
+        return result
+
+    def _safely(self, fn, *args):
+        try:
+            fn(*args)
+        except Exception as exc:
+            self.failed(exc)
+
+    @staticmethod
+    def _failed(meter, op, method, args, kwargs, dt, frame, exc):
+        keys = 0
+        if op == names.RAY_GET:  # the refs it asked for, and whose method they came from
+            refs = _refs(args, kwargs, "object_refs")
+            method, keys = meter.methods.of(refs), len(refs)
+        meter.record(op, method, dt, keys, frame.nbytes, frame.seconds,
+                     error=type(exc).__name__)
+
+    # -- ray.put, ray.get, ray.wait ----------------------------------------------------------
+    def put(self, fn):
+        def done(meter, ref, dt, frame, args, kwargs):
+            meter.record(names.RAY_PUT, None, dt, 1, frame.nbytes, frame.seconds)
+            meter.owned(ref.hex(), frame.nbytes)
+        return self._wrap(fn, names.RAY_PUT, done)
+
+    def get(self, fn):
+        def done(meter, values, dt, frame, args, kwargs):
+            refs = _refs(args, kwargs, "object_refs")
+            meter.record(names.RAY_GET, meter.methods.of(refs), dt, len(refs), frame.nbytes,
+                         frame.seconds)
+        return self._wrap(fn, names.RAY_GET, done)
+
+    def wait(self, fn):
+        def done(meter, result, dt, frame, args, kwargs):
+            meter.record(names.RAY_WAIT, None, dt, len(result[0]))
+        return self._wrap(fn, names.RAY_WAIT, done)
+
+    def _wrap(self, fn, op, done):
+        @functools.wraps(fn)
+        def measured(*args, **kwargs):
+            return self.run(op, fn, args, kwargs, done=done)
+        return measured
+
+    # -- a remote call's submission ----------------------------------------------------------
+    def actor_call(self, fn):
+        @functools.wraps(fn)
+        def _remote(method, args=None, kwargs=None, *rest, **options):
+            name = ray_names.method_name(method)
+            if internal(name) or self.meter() is None:
+                return fn(method, args, kwargs, *rest, **options)
+            label = self.meter().methods.label(ray_names.actor_class(method),
+                                               carried(name, args))
+            return self._call(fn, label, (method, args, kwargs, *rest), options, kwargs)
+        return _remote
+
+    def task_call(self, fn):
+        @functools.wraps(fn)
+        def _remote(function, args=None, kwargs=None, *rest, **options):
+            if self.meter() is None:
+                return fn(function, args, kwargs, *rest, **options)
+            label = self.meter().methods.label("", ray_names.task_name(function))
+            return self._call(fn, label, (function, args, kwargs, *rest), options, kwargs)
+        return _remote
+
+    def _call(self, fn, label, args, options, call_kwargs):
+        def done(meter, result, dt, frame, args, kwargs):
+            meter.record(names.RAY_CALL, label, dt, frame.count, frame.nbytes, frame.seconds)
+            meter.methods.returned(result, label)
+        # Ray serializes a keyword argument's name beside its value, and a marker beside each
+        # positional one: neither is an argument.
+        skip = frozenset(map(id, call_kwargs or ()))
+        return self.run(names.RAY_CALL, fn, args, options, skip=skip, done=done, method=label)
+
+    def unmeasured_call(self, fn):
+        """An actor's creation: its arguments are not a measured op's (nor a return's)."""
+        @functools.wraps(fn)
+        def _remote(*args, **kwargs):
+            outer, _local.frame = _frame(), Frame(None)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                _local.frame = outer
+        return _remote
+
+    # -- Ray's serializer --------------------------------------------------------------------
+    def serialize(self, fn):
+        dummy = ray_names.lookup(ray_names.DUMMY)
+
+        @functools.wraps(fn)
+        def serialize(context, value, *args, **kwargs):
+            t0 = perf_counter()
+            out = fn(context, value, *args, **kwargs)
+            dt = perf_counter() - t0
+            frame = _frame()
+            try:
+                if frame is not None:
+                    if frame.op is not None and value is not dummy \
+                            and id(value) not in frame.skip:
+                        frame.count += 1
+                        frame.nbytes += ray_names.object_size(out)
+                        frame.seconds += dt
+                elif self._in_worker():
+                    self._returned(out, dt)
+            except Exception as exc:
+                self.failed(exc)
+            return out
+        return serialize
+
+    def deserialize(self, fn):
+        @functools.wraps(fn)
+        def deserialize_objects(worker, serialized, refs, *args, **kwargs):
+            t0 = perf_counter()
+            out = fn(worker, serialized, refs, *args, **kwargs)
+            dt = perf_counter() - t0
+            frame = _frame()
+            try:
+                if frame is not None:
+                    if frame.op is not None:
+                        frame.count += len(serialized)
+                        frame.nbytes += sum(map(ray_names.stored_size, serialized))
+                        frame.seconds += dt
+                elif not args and kwargs.get("rdt_objects") is None \
+                        and _caller(sys._getframe()) != "raise_errors":
+                    self._unframed_read(serialized, refs, out, dt)
+            except Exception as exc:
+                self.failed(exc)
+            return out
+        return deserialize_objects
+
+    def _in_worker(self) -> bool:
+        if self._worker is None:
+            try:
+                worker = ray_names.in_worker()
+            except Exception:
+                return False
+            if not worker:
+                return False  # not connected yet, or a driver: asked again next time
+            self._worker = True
+        return self._worker
+
+    def _returned(self, serialized, dt):
+        meter = self.meter()
+        if meter is not None:
+            method = meter.methods.label("", ray_names.current_task())
+            meter.record(names.RAY_RETURN, method, dt, 1, ray_names.object_size(serialized), dt)
+
+    def _unframed_read(self, serialized, refs, values, dt):
+        meter = self.meter()
+        if meter is None:
+            return
+        if self._in_worker() and ray_names.is_args(values):
+            args = (len(values) // 2, sum(map(ray_names.stored_size, serialized[1::2])), dt)
+            if ray_names.hosts_actor():  # the method's executor, next, records them
+                _local.args = args
+                return
+            cls, _, name = ray_names.current_task().rpartition(".")
+            meter.record(names.RAY_ARGS, meter.methods.label(cls, name), dt, *args[:2], dt)
+        elif len(serialized) == 1 and refs and refs[0] is not None:  # an `await ref`
+            meter.record(names.RAY_GET, meter.methods.of(refs), dt, 1,
+                         ray_names.stored_size(serialized[0]), dt)
+
+
+    def executor(self, fn):
+        """Ray's maker of actor-method executors: each executor made records the arguments
+        deserialized for it on this thread (ray_args), now that the method is known."""
+        @functools.wraps(fn)
+        def _make_actor_method_executor(manager, method_name, *args, **kwargs):
+            run = fn(manager, method_name, *args, **kwargs)
+            if internal(method_name):
+                return run
+
+            def actor_method_executor(__ray_actor, *call_args, **call_kwargs):
+                pending = getattr(_local, "args", None)
+                if pending is not None:
+                    _local.args = None
+                    self._safely(self._args_done, type(__ray_actor).__name__,
+                                 carried(method_name, call_args), pending)
+                return run(__ray_actor, *call_args, **call_kwargs)
+            actor_method_executor.__dict__.update(run.__dict__)  # name, method: Ray reads them
+            return actor_method_executor
+        return _make_actor_method_executor
+
+    def _args_done(self, cls, name, pending):
+        meter = self.meter()
+        if meter is not None:
+            keys, nbytes, dt = pending
+            meter.record(names.RAY_ARGS, meter.methods.label(cls, name), dt, keys, nbytes, dt)
+
+
+def _caller(frame) -> str:
+    """The name of the Python function that called the one running `frame` ('' when Ray's
+    Cython core called it directly)."""
+    back = frame.f_back
+    return back.f_code.co_name if back is not None else ""
+
+
+def _refs(args, kwargs, name) -> list:
+    refs = args[0] if args else kwargs.get(name)
+    return list(refs) if isinstance(refs, (list, tuple)) else [refs]

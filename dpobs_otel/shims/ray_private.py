@@ -1,0 +1,142 @@
+"""Every private name of Ray that dpobs reads, in one place (DESIGN.md, "Ray's object store as
+a data plane"): where Ray serializes and deserializes the objects it stores, where a call's
+arguments are submitted, and how big a serialized object is. Each name is checked when the
+adapter patches (`missing()`); where one is absent the adapter still counts and times every
+public op (ray.put, ray.get, ray.wait) and leaves bytes, serialization time and the worker's
+ops out, logged once and counted under names.COMPONENT_RAY_PRIVATE.
+
+Why these and not others: ray.put, ray.get and ray.wait are public and patched as such, but
+the bytes Ray moves are known only to its serializer, a call's arguments are serialized inside
+its Cython core (which calls back into SerializationContext.serialize for each one), and a
+worker deserializes a task's arguments through Worker.deserialize_objects, called from
+Cython with no Python frame of Ray's in between. tests/shims/test_ray_private.py pins them.
+"""
+from __future__ import annotations
+
+import importlib
+
+# (module, attribute path) of each private name used; the patching sites first.
+SERIALIZE = ("ray._private.serialization", "SerializationContext.serialize")
+DESERIALIZE = ("ray._private.worker", "Worker.deserialize_objects")
+ACTOR_CALL = ("ray.actor", "ActorMethod._remote")
+ACTOR_CREATE = ("ray.actor", "ActorClass._remote")
+TASK_CALL = ("ray.remote_function", "RemoteFunction._remote")
+# Makes the function a worker calls to run each actor method (after its arguments are
+# deserialized): where the worker learns which method its arguments were for.
+METHOD_EXECUTOR = ("ray._private.function_manager",
+                   "FunctionActorManager._make_actor_method_executor")
+# The marker moved from ray._private to ray._common in later 2.x releases: either module.
+DUMMY = ("ray._common.signature|ray._private.signature", "DUMMY_TYPE")
+GLOBAL_WORKER = ("ray._private.worker", "global_worker")
+WORKER_MODE = ("ray._private.worker", "WORKER_MODE")
+NAMES = (SERIALIZE, DESERIALIZE, ACTOR_CALL, ACTOR_CREATE, TASK_CALL, METHOD_EXECUTOR, DUMMY,
+         GLOBAL_WORKER, WORKER_MODE)
+
+
+def lookup(name: tuple[str, str]):
+    """The object a (module, dotted path) names, the first of `a|b` modules that has it;
+    raises AttributeError or ImportError."""
+    modules, path = name
+    error = None
+    for module in modules.split("|"):
+        try:
+            obj = importlib.import_module(module)
+            for part in path.split("."):
+                obj = getattr(obj, part)
+            return obj
+        except (ImportError, AttributeError) as exc:
+            error = exc
+    raise error
+
+
+def owner(name: tuple[str, str]):
+    """(the class or module holding the last part of the path, that part's name)."""
+    module, path = name
+    head, _, attr = path.rpartition(".")
+    return (lookup((module, head)) if head else importlib.import_module(module)), attr
+
+
+def missing() -> list[str]:
+    """The private names this Ray lacks (empty: everything the adapter reads is there)."""
+    out = []
+    for name in NAMES:
+        try:
+            lookup(name)
+        except (ImportError, AttributeError):
+            out.append(".".join(name))
+    return out
+
+
+def object_size(serialized) -> int:
+    """Ray's object size of a serialized object (data plus metadata: what
+    ray.experimental.get_object_locations() reports as object_size)."""
+    return serialized.total_bytes + len(serialized.metadata or b"")
+
+
+def stored_size(entry) -> int:
+    """The same for one (data, metadata, ...) entry Worker.deserialize_objects is handed."""
+    data, metadata = entry[0], entry[1]
+    return (len(data) if data is not None else 0) + (len(metadata) if metadata else 0)
+
+
+def hosts_actor() -> bool:
+    """Does this worker hold an actor instance (its methods then run through executors)?"""
+    return bool(getattr(lookup(GLOBAL_WORKER), "actors", None))
+
+
+def hosted_class() -> str:
+    """The class name of the actor this worker holds ('' for none)."""
+    actors = getattr(lookup(GLOBAL_WORKER), "actors", None) or {}
+    return next((type(a).__name__ for a in actors.values()), "")
+
+
+def in_worker() -> bool:
+    """Is this process one of Ray's workers (an actor or task process), not a driver?"""
+    return getattr(lookup(GLOBAL_WORKER), "mode", None) == lookup(WORKER_MODE)
+
+
+def actor_class(method) -> str:
+    """The class name of an ActorMethod's actor ('' where it cannot be told)."""
+    actor = getattr(method, "_actor", None)
+    if callable(actor) and not hasattr(actor, "_ray_actor_creation_function_descriptor"):
+        actor = actor()  # older Rays hold the handle through a weak reference
+    descriptor = getattr(actor, "_ray_actor_creation_function_descriptor", None)
+    return getattr(descriptor, "class_name", "") or ""
+
+
+def method_name(method) -> str:
+    return getattr(method, "_method_name", "") or ""
+
+
+def task_name(remote_function) -> str:
+    fn = getattr(remote_function, "_function", None)
+    return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", "") or ""
+
+
+def current_task() -> str:
+    """The running task's name on a worker ("Class.method" for an actor task), or ''."""
+    try:
+        import ray
+        return ray.get_runtime_context().get_task_name() or ""
+    except Exception:
+        return ""
+
+
+def referenced() -> set[str] | None:
+    """The ids (hex) of the objects this process still holds a reference to, from its core
+    worker's reference table; None where it cannot be read (nothing is then dropped)."""
+    try:
+        counts = lookup(GLOBAL_WORKER).core_worker.get_all_reference_counts()
+    except Exception:
+        return None
+    return {k.decode() if isinstance(k, bytes) else str(k) for k in counts}
+
+
+def is_args(values) -> bool:
+    """Are these deserialized values a task's flattened arguments? Ray flattens a call's
+    arguments into pairs, (DUMMY_TYPE, value) for a positional one and (keyword, value) for
+    a keyword one, and a worker deserializes the whole list at once."""
+    if not values or len(values) % 2:
+        return False
+    dummy = lookup(DUMMY)
+    return all(isinstance(v, str) or (type(v) is bytes and v == dummy) for v in values[0::2])
