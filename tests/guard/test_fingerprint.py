@@ -385,20 +385,6 @@ def test_uses_only_device_safe_int_ops():
     assert log.ops <= ALLOWED_OPS, log.ops - ALLOWED_OPS
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_cuda_matches_cpu():
-    ids = IDS[:6]
-    dense = rand((6, 4, 3), torch.bfloat16)
-    rows = [rand((n, 2), torch.float8_e4m3fn) for n in (1, 4, 0, 9, 2, 3)]
-    jag = torch.nested.nested_tensor(rows, layout=torch.jagged)
-    tok = torch.nested.nested_tensor([rand((n,), torch.int64) for n in (5, 1, 7, 2, 2, 8)],
-                                     layout=torch.jagged)
-    for v in (dense, jag, tok):
-        cpu = field_digests(v, "f", id_salts(ids, "p"))
-        gpu = field_digests(v.cuda(), "f", id_salts(ids, "p", device="cuda"))
-        assert gpu.device.type == "cuda" and gpu.cpu().tolist() == cpu.tolist()
-
-
 def test_layouts_it_cannot_read_are_refused_not_guessed():
     ids = id_salts(IDS[:2], "p")
     ragged_inner = torch.nested.nested_tensor([torch.randn(2, 3), torch.randn(2, 5)],
