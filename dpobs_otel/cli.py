@@ -17,6 +17,7 @@ COMMANDS = {
     "top": ("dpobs_otel.top.command", "a live terminal view of the answers (no Grafana)"),
     "timeline": ("dpobs_otel.tracing.command",
                  "traced processes' spans as a Perfetto timeline (JSON) and a PNG"),
+    "report": ("dpobs_otel.report.command", "one PNG page of the overview's answers"),
 }
 
 

@@ -19,6 +19,7 @@ from ..readback import native
 from ..readback.scrape import quantile as bucket_quantile  # histogram_quantile, {le: count}
 from ..readback.cluster import ClusterView, text as cluster_text
 from .logs import BackendLog, log_dir
+from ..report.command import demo_png
 from ..tracing.command import add_trace_flag, demo_outputs
 from .progress import Progress
 from ..testing.stack import Stack, binaries
@@ -360,6 +361,8 @@ def run(args) -> int:
                 progress.finish()
                 print(report(res, stack, cfg), file=backend.out, flush=True)
                 demo_outputs(cfg, res.info, backend.path.parent, backend.out)
+                demo_png(stack and stack.prometheus, cfg.sd_dir, cfg.job, backend.path.parent,
+                         backend.out)
     except KeyboardInterrupt:
         print("\ninterrupted; everything started is stopped", file=sys.stderr)
         return 130

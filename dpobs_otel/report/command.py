@@ -1,0 +1,62 @@
+"""`dpobs report --prometheus URL | --sd-dir DIR --png FILE`, and the demo's picture."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..config import Settings
+from .answers import Page, from_window, page
+
+DEMO_PNG = "dpobs-answers.png"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--prometheus", metavar="URL",
+                       help="a Prometheus with dpobs's recording rules: the overview's queries")
+    where.add_argument("--sd-dir", metavar="DIR",
+                       help="no Prometheus: the cluster view of this file_sd directory")
+    p.add_argument("--job", default="dpobs", help="the job to draw (default: %(default)s)")
+    p.add_argument("--png", required=True, metavar="FILE", help="where to write the page")
+
+
+def build(prometheus: str | None, sd_dir: str | None, job: str) -> Page:
+    """The page from Prometheus (the last 5m) or, without one, the cluster view (every
+    process since its start); the caption says which."""
+    title = f"dpobs: the overview's answers, job {job}"
+    if prometheus:
+        from ..readback.prometheus import Prometheus
+        from .queries import from_prometheus
+        found = from_prometheus(Prometheus(prometheus, timeout=10), job)
+        return page(title, f"Source: Prometheus {prometheus}, the overview dashboard's "
+                    "queries over the last 5m", found)
+    from ..readback.cluster import ClusterView
+    view = ClusterView(sd_dir, job, timeout=5)
+    view.step_metrics()
+    return page(title, f"Source: the cluster view of {sd_dir} (no Prometheus), each process "
+                "since its start", from_window(view.last, view.breakdown()))
+
+
+def run(args: argparse.Namespace) -> int:
+    from .draw import write
+    shown = build(args.prometheus, args.sd_dir, args.job)
+    write(shown, args.png)
+    print(f"{args.png}: {len(shown.panels)} panels; {shown.caption}")
+    return 0 if shown.panels else 1
+
+
+def demo_png(prometheus: str | None, sd_dir: str | None, job: str, folder, out) -> None:
+    """The demo's picture, in its run folder (never in the repository: `make demo` leaves
+    the tree clean). A picture that cannot be drawn is said, and the demo goes on."""
+    if not (prometheus or sd_dir):
+        print("No picture: the demo ran without Prometheus and without --sd-dir", file=out)
+        return
+    path = Path(folder) / DEMO_PNG
+    job = job or Settings.job  # the demo's processes take the default job unless told
+    try:
+        from .draw import write
+        write(build(prometheus, sd_dir, job), str(path))
+    except (Exception, SystemExit) as exc:  # the report above is the demo's answer
+        print(f"No picture: {type(exc).__name__}: {exc}", file=out)
+        return
+    print(f"The answers as a picture (dpobs report): {path}", file=out)
