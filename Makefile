@@ -9,7 +9,7 @@ WHEELS := .wheels
 WHEEL_STAMP := $(WHEELS)/.downloaded
 WHEEL_EXTRAS := dashboards,instrument,top
 
-.PHONY: demo test install dashboards kubernetes bench clean compat
+.PHONY: demo test install dashboards kubernetes bench clean compat docs docs-serve
 
 # pyproject.toml declares ranges; the suite runs the one point of them in SUITE_PINS.
 SUITE_PINS := constraints/suite.txt
@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml setup.py dpobs_otel/guard/_rowsums.c $(SUITE_PINS)
 	$(BIN)/pip install -q -c $(SUITE_PINS) torch
 	# Mooncake has no extra (pyproject.toml): the suite installs its non-CUDA build itself, and
 	# NIXL's wheel (tests/weights/test_live_nixl.py: its UCX runs over TCP on lo, no GPU).
-	$(BIN)/pip install -q -c $(SUITE_PINS) -e '.[test,dashboards,transferqueue,instrument,top,otlp,timeline]' \
+	$(BIN)/pip install -q -c $(SUITE_PINS) -e '.[test,dashboards,transferqueue,instrument,top,otlp,timeline,report,docs]' \
 	  mooncake-transfer-engine-non-cuda nixl-cu12
 	# verl 0.9 (tests/adapters/verl): its metadata wants tensordict<=0.10 (the suite runs 0.15)
 	# and a GPU stack, none of which verl.checkpoint_engine imports on the CPU. So verl goes in
@@ -69,6 +69,15 @@ test: $(STAMP) $(WHEEL_STAMP)
 # checks in a loopback-only namespace, deletes it; exits non-zero if any cell fails.
 compat: $(STAMP)
 	$(BIN)/python compat/run.py $(COMPAT_ARGS)
+
+# The documentation site (mkdocs.yml): strict, so a broken link, a missing page or a page
+# left out of the navigation fails; its reference pages are checked against the code first.
+docs: $(STAMP)
+	$(BIN)/python -m dpobs_otel.docs_reference --check docs/reference
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+docs-serve: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --strict --dev-addr 127.0.0.1:8000
 
 dashboards: $(STAMP)
 	$(BIN)/dpobs dashboards --out dashboards

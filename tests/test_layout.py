@@ -1,4 +1,5 @@
-"""The package shows its layers (DESIGN.md "Layout") and README's layout list names every
+"""The package shows its layers (DESIGN.md "Layout") and the layout page's list
+(docs/development/layout.md) names every
 module in it, and the package stays readable: short modules and functions, every test module
 in the tree that mirrors the package, tests and benchmarks that import what they use by name
 (no sys.path edits, no test module imported as a library)."""
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+LAYOUT_PAGE = REPO / "docs" / "development" / "layout.md"
 PKG = REPO / "dpobs_otel"
 LAYERS = ("exporters", "agent", "readback", "guard", "adapters", "stores", "testing", "mixin",
           "demo", "top", "tracing", "shims")
@@ -104,17 +106,18 @@ def test_benchmarks_import_the_library_not_the_tests():
 def test_test_folders_mirror_package_folders():
     for folder in sorted(p for p in (REPO / "tests").rglob("*") if p.is_dir()):
         rel = folder.relative_to(REPO / "tests")
-        if rel.parts[0] in ("helpers", "__pycache__") or "__pycache__" in rel.parts:
+        # tests/cuda holds the CUDA-only tests of every layer in one folder (tests/cuda/conftest.py)
+        if rel.parts[0] in ("helpers", "cuda", "__pycache__") or "__pycache__" in rel.parts:
             continue
         assert (PKG / rel).is_dir(), f"tests/{rel} matches no package folder dpobs_otel/{rel}"
 
 
 def _readme_layout() -> dict[str, set[str]]:
-    """README's layout list as {folder under dpobs_otel/, "" for the top: its modules named}.
+    """The layout page's list (docs/development/layout.md, once README's) as {folder under dpobs_otel/, "" for the top: its modules named}.
     A line at six spaces opens an entry: a folder (`guard/`, `adapters/verl/`), or the top level
     when its first word is not one; deeper lines continue the entry. Its modules are the bare
     `name.py` words (a path such as guard/reference.py points elsewhere and is not counted)."""
-    section = (REPO / "README.md").read_text().split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
+    section = LAYOUT_PAGE.read_text().split("# Layout\n", 1)[1].split("\n## ", 1)[0]
     listed: dict[str, set[str]] = {}
     folder = None
     for line in section.split("\n    dpobs_otel/\n", 1)[1].splitlines():
@@ -142,11 +145,11 @@ def _package_layout() -> dict[str, set[str]]:
 def test_the_readme_layout_lists_every_module_and_only_those():
     listed, found = _readme_layout(), _package_layout()
     assert set(listed) == set(found), (
-        f"packages missing from README's layout: {sorted(set(found) - set(listed))}; "
+        f"packages missing from the layout page: {sorted(set(found) - set(listed))}; "
         f"listed but not on disk: {sorted(set(listed) - set(found))}")
     for folder in sorted(found):
         where = f"dpobs_otel/{folder}/" if folder else "dpobs_otel/ (the top level)"
         assert found[folder] <= listed[folder], (
-            f"{where}: README's layout misses {sorted(found[folder] - listed[folder])}")
+            f"{where}: the layout page misses {sorted(found[folder] - listed[folder])}")
         assert listed[folder] <= found[folder], (
-            f"{where}: README's layout lists {sorted(listed[folder] - found[folder])}, not on disk")
+            f"{where}: the layout page lists {sorted(listed[folder] - found[folder])}, not on disk")
