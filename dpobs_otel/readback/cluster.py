@@ -67,14 +67,9 @@ def delta(prev: ProcessTotals | None, now: ProcessTotals) -> ProcessTotals:
     (check now.went_back(prev) first)."""
     if prev is None:
         return now
-    ops = {}
-    for op, o in now.ops.items():
-        p = prev.ops.get(op, OpTotals())
-        kw = {f.name: getattr(o, f.name) - getattr(p, f.name) for f in fields(OpTotals)
-              if f.name != "buckets"}
-        ops[op] = OpTotals(**kw, buckets=_sub(o.buckets, p.buckets))
     guard = None if now.guard is None else _sub(now.guard, prev.guard or {})
-    return replace(now, ops=ops, steps=now.steps - prev.steps,
+    return replace(now, ops=_ops_delta(prev.ops, now.ops),
+                   ray_ops=_ops_delta(prev.ray_ops, now.ray_ops), steps=now.steps - prev.steps,
                    row_age_seconds=now.row_age_seconds - prev.row_age_seconds,
                    row_age_rows=now.row_age_rows - prev.row_age_rows,
                    step_seconds=now.step_seconds - prev.step_seconds,
@@ -86,6 +81,16 @@ def delta(prev: ProcessTotals | None, now: ProcessTotals) -> ProcessTotals:
                    instrumentation_errors=_sub(now.instrumentation_errors,
                                                prev.instrumentation_errors),
                    guard=guard, weights=weights.window(prev.weights, now.weights))
+
+
+def _ops_delta(prev: dict, now: dict) -> dict:
+    out = {}
+    for op, o in now.items():
+        p = prev.get(op, OpTotals())
+        kw = {f.name: getattr(o, f.name) - getattr(p, f.name) for f in fields(OpTotals)
+              if f.name != "buckets"}
+        out[op] = OpTotals(**kw, buckets=_sub(o.buckets, p.buckets))
+    return out
 
 
 def tls_context_for(settings):
@@ -214,6 +219,7 @@ def metrics(w: Window) -> dict[str, float]:
         q = f"{p}op/{op}/"
         out.update({q + "seconds": seconds, q + "calls": calls, q + "errors": errors,
                     q + "share": seconds / dp if dp > 0 else 0.0, q + "mb": nbytes / MB})
+    _ray_into(out, p, procs)
     _sum_into(out, p + "codec/", "_s", [d.codec_seconds for d in procs])
     guards = [d.guard for d in procs if d.guard is not None]
     if guards:
@@ -229,6 +235,16 @@ def metrics(w: Window) -> dict[str, float]:
     if w.staleness_s is not None:
         out[p + "staleness_s"] = w.staleness_s
     return out
+
+
+def _ray_into(out: dict, p: str, procs: list[ProcessTotals]) -> None:
+    """ray/<op>/{seconds,calls,errors,mb}: Ray's ops apart from the data plane's."""
+    for d in procs:
+        for op, o in d.ray_ops.items():
+            q = f"{p}ray/{op}/"
+            for key, v in (("seconds", o.seconds), ("calls", o.calls), ("errors", o.errors),
+                           ("mb", o.bytes / MB)):
+                out[q + key] = out.get(q + key, 0.0) + v
 
 
 def _row_age_into(out: dict, p: str, procs: list[ProcessTotals]) -> None:

@@ -92,6 +92,8 @@ class OpTotals:
 @dataclass
 class ProcessTotals:
     ops: dict[str, OpTotals] = field(default_factory=dict)
+    # Ray's ops (names.RAY_OPS): their own account, never data-plane time (DESIGN.md)
+    ray_ops: dict[str, OpTotals] = field(default_factory=dict)
     steps: float = 0.0
     step_seconds: float = 0.0
     busy_seconds: float = 0.0  # DESIGN.md "Time on the critical path"
@@ -214,13 +216,12 @@ def totals_from_samples(samples, timestamp: float = 0.0) -> ProcessTotals:
     guard: dict[str, dict[str, float]] = {}
     for name, labels, value in samples:
         if name.startswith(OP):
-            _op_sample(t.ops.setdefault(labels.get("op", ""), OpTotals()), name[len(OP):],
-                       labels, value)
+            _op_sample(_op(t, labels), name[len(OP):], labels, value)
         elif name in _OP_COUNTERS:
-            o = t.ops.setdefault(labels.get("op", ""), OpTotals())
+            o = _op(t, labels)
             setattr(o, _OP_COUNTERS[name], getattr(o, _OP_COUNTERS[name]) + value)
         elif name == names.TRANSFERRED_SERIES:
-            o = t.ops.setdefault(labels.get("op", ""), OpTotals())
+            o = _op(t, labels)
             if labels.get("direction") == "read":
                 o.read_bytes += value
             else:
@@ -248,6 +249,12 @@ def totals_from_samples(samples, timestamp: float = 0.0) -> ProcessTotals:
     if guard:
         t.guard = dict(guard_flat(guard))
     return t
+
+
+def _op(t: ProcessTotals, labels: dict) -> OpTotals:
+    """The totals a sample of op `labels["op"]` adds to (Ray's ops apart, methods summed)."""
+    op = labels.get("op", "")
+    return (t.ray_ops if op in names.RAY_OPS else t.ops).setdefault(op, OpTotals())
 
 
 def _add(d: dict, key: str, value: float) -> None:

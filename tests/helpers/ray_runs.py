@@ -1,0 +1,27 @@
+"""Running a Ray job as a user runs it: `python -m MODULE OUT.json` in a subprocess with its own
+local Ray on 127.0.0.1, in this process's environment less its DPOBS_* and OTEL_* variables
+plus the ones a test gives (tests/adapters/ray). The pytest process never imports Ray here."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from dpobs_otel.testing.transferqueue import LOOPBACK_ENV
+
+TESTS = Path(__file__).resolve().parents[1]
+
+
+def run_job(tmp_path: Path, module: str = "helpers.ray_job", timeout: float = 240,
+            **env) -> dict:
+    """What `module` wrote to its OUT.json; its stderr in the failure when it exits non-zero."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("DPOBS_", "OTEL_"))}
+    base.update(LOOPBACK_ENV, PYTHONPATH=str(TESTS), **env)
+    out = tmp_path / "out.json"
+    r = subprocess.run([sys.executable, "-m", module, str(out)], env=base, cwd=tmp_path,
+                       capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, r.stderr[-4000:]
+    return json.loads(out.read_text())
