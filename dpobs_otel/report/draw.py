@@ -1,22 +1,12 @@
 """The page drawn: one figure, a grid of bar charts (grouped bars per series), each with its
 title, labelled axes and a legend, the source in the caption. matplotlib comes with the extra
-`report` (its Agg backend: no display needed)."""
+`report` (its Agg backend: no display needed), as for the timeline's picture."""
 from __future__ import annotations
 
+from ..tracing.picture import require_matplotlib as _pyplot  # the extras report and timeline
 from .answers import Page, Panel
 
-EXTRA = "dpobs-otel[report]"
 COLUMNS = 2
-
-
-def _pyplot():
-    try:
-        import matplotlib
-    except ImportError:
-        raise SystemExit(f"the PNG needs matplotlib: pip install '{EXTRA}'") from None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
 
 
 def _number(v: float) -> str:
