@@ -32,6 +32,17 @@ def test_the_site_builds_strict_without_a_warning(tmp_path):
     assert "Start dpobs in this process" in api and ":::" not in api
 
 
+def test_nothing_in_the_build_can_reach_the_network():
+    """Beside the build in the loopback-only namespace: no plugin that fetches (privacy,
+    social), no remote inventory for cross-references, no web fonts."""
+    config = _config()
+    plugins = [p if isinstance(p, str) else next(iter(p)) for p in config["plugins"]]
+    assert plugins == ["search", "mkdocstrings"]
+    handler = config["plugins"][1]["mkdocstrings"]["handlers"]["python"]
+    assert "inventories" not in handler and "import" not in handler
+    assert config["theme"]["font"] is False
+
+
 def _nav_pages(nav) -> set[str]:
     out = set()
     for item in nav:
