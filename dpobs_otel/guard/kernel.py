@@ -1,23 +1,27 @@
-"""The fingerprint's sums and digests in one pass over memory (_rowsums.c), for CPU tensors.
+"""The fingerprint's sums and digests in one pass over memory: _rowsums.c for CPU tensors,
+a Triton kernel for CUDA ones (its section below).
 
 setup.py builds _rowsums.c as an optional extension: a plain shared library with no Python
 API, loaded here with ctypes, which releases the GIL for the call, so the guard's threads
 each sum a range of rows at once. Where it was not built (no compiler at install time) or
-cannot be loaded, LIB is None and sums.py's torch kernels run instead; they also serve every
-accelerator. Both compute reference.py's numbers (tests/guard/test_kernel.py holds them to
+cannot be loaded, LIB is None and sums.py's torch kernels run instead; they also serve
+accelerators where Triton does not. All compute reference.py's numbers (tests/guard/test_kernel.py holds them to
 it and to each other).
 """
 from __future__ import annotations
 
 import ctypes
+import functools
 import importlib.util
+import os
 
 import torch
 
 from . import pool
 from .reference import MIX_SHIFT, G, R
 
-__all__ = ["LIB", "usable", "sums_dense", "sums_flat", "finish", "run_sum"]
+__all__ = ["LIB", "usable", "sums_dense", "sums_flat", "finish", "run_sum",
+           "triton_usable", "triton_block_sums", "TILE"]
 
 # Words per call when a field is spread over threads: large enough that the call's fixed
 # cost (a few microseconds through ctypes) is noise, small enough that two threads share a
@@ -133,3 +137,80 @@ def finish(acc: torch.Tensor, ids: torch.Tensor, lead, f: int) -> torch.Tensor |
 def _cpu_int64(t: torch.Tensor, n: int) -> bool:
     return (t.device.type == "cpu" and t.dtype == torch.int64 and t.dim() == 1
             and t.numel() == n and t.is_contiguous())
+
+
+# ----------------------------------------------------------------------------- CUDA
+# The fingerprint's block sums in one pass over memory on CUDA, a Triton kernel: for every
+# BLOCK-word block b of a flat int32 word buffer, sum_i mix(w[BLOCK b + i]) * R^(BLOCK b + i)
+# mod 2^32, already at its position (sums.py's _block_prefix then takes one cumsum of them).
+#
+# The torch kernels make about nine passes over a field's words (shift, mask, xor, weigh, sum,
+# each a kernel of its own), this one reads each word once. The weights R^j come from three
+# short tables, j = BLOCK*TILE*p + BLOCK*r + i: R^i (i < BLOCK) and R^(BLOCK r) (r < TILE),
+# the same for every program, and one entry per program. int32 multiplies and sums wrap mod
+# 2^32 in Triton as in torch, so the digests are the same bits (tests/cuda/ holds them to the
+# CPU's; tests/guard/test_kernel_triton.py to the torch kernels, in Triton's interpreter).
+#
+# Used where Triton imports and the tensor is on CUDA (or, with TRITON_INTERPRET=1, on the
+# CPU: the interpreter, for tests); DPOBS_GUARD_TRITON=0 turns it off. A kernel that fails to
+# build or launch turns it off for the process, and the torch kernels take over.
+
+TILE = 32  # blocks per program of the Triton kernel: 32 x 64 words, 8 KB read by each
+triton_broken: list[BaseException] = []  # its first failure, kept for inspection
+
+
+@functools.lru_cache(maxsize=1)
+def _triton_kernel():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def block_sums(w_ptr, out_ptr, t_in, t_row, t_prog, k, nb, SHIFT: tl.constexpr,
+                   MASK: tl.constexpr, BLOCK: tl.constexpr, TILE_: tl.constexpr):
+        p = tl.program_id(0)
+        r = tl.arange(0, TILE_)
+        i = tl.arange(0, BLOCK)
+        b = p * TILE_ + r
+        pos = b.to(tl.int64)[:, None] * BLOCK + i[None, :]
+        w = tl.load(w_ptr + pos, mask=pos < k, other=0)
+        mixed = w ^ ((w >> SHIFT) & MASK)  # an arithmetic shift, masked: a logical one
+        at = tl.load(t_in + i)[None, :] * tl.load(t_row + r)[:, None] * tl.load(t_prog + p)
+        tl.store(out_ptr + b, tl.sum(mixed * at, axis=1), mask=b < nb)
+
+    return triton.cdiv, block_sums
+
+
+def triton_usable(words: torch.Tensor) -> bool:
+    """Can the Triton kernel read this word buffer (a flat int32 CUDA tensor)?"""
+    if triton_broken or os.environ.get("DPOBS_GUARD_TRITON") == "0":
+        return False
+    here = words.device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
+    if not (here and words.dtype == torch.int32 and words.dim() == 1
+            and words.is_contiguous()):
+        return False
+    try:
+        _triton_kernel()
+    except Exception as exc:  # no Triton, or one that cannot build: the torch kernels
+        triton_broken.append(exc)
+        return False
+    return True
+
+
+def triton_block_sums(words: torch.Tensor, out: torch.Tensor, powers, block: int,
+                      shift: int) -> bool:
+    """out[b] = the block sum of block b at its position (out: nb int32, contiguous);
+    False, with out unwritten, when the kernel could not run (the caller's torch path then).
+    `powers` is sums.POWERS (its tables, kept per device)."""
+    k, nb, dev = words.numel(), out.numel(), words.device
+    cdiv, block_sums = _triton_kernel()
+    n_prog = cdiv(nb, TILE)
+    t_in = powers.first(block, dev)
+    t_row = powers.table(pow(R, block, 1 << 32), TILE, dev)
+    t_prog = powers.at(torch.arange(n_prog, device=dev) * (block * TILE))
+    try:
+        block_sums[(n_prog,)](words, out, t_in, t_row, t_prog, k, nb, SHIFT=shift,
+                              MASK=(1 << (32 - shift)) - 1, BLOCK=block, TILE_=TILE)
+    except Exception as exc:
+        triton_broken.append(exc)
+        return False
+    return True

@@ -178,9 +178,12 @@ def sums_dense(words: torch.Tensor) -> torch.Tensor:
     if n == 0 or m == 0:
         return torch.zeros(n, dtype=torch.int32, device=dev)
     cpu_chunk = _cpu_chunk()
-    if m > cpu_chunk and not one_chunk(dev):
-        offsets = torch.arange(n + 1, dtype=torch.int64) * m
-        return sums_flat(words.reshape(-1), offsets)
+    flat = words.reshape(-1) if words.is_contiguous() else None
+    if (m > cpu_chunk and not one_chunk(dev)
+            or one_chunk(dev) and flat is not None and kernel.triton_usable(flat)):
+        # rows a whole number of chunks apart; on CUDA the flat path's one-pass kernel
+        return sums_flat(flat if flat is not None else words.reshape(-1),
+                         torch.arange(n + 1, dtype=torch.int64, device=dev) * m)
     out = torch.empty(n, dtype=torch.int32, device=dev)
     weights = POWERS.first(m, dev)
     step = n if one_chunk(dev) else max(1, cpu_chunk // m)
@@ -212,6 +215,10 @@ def _block_prefix(words: torch.Tensor) -> torch.Tensor:
     prefix = torch.empty(n_chunks * (chunk // BLOCK) + 1, dtype=torch.int32, device=dev)
     prefix.narrow(0, 0, 1).zero_()
     blocks = prefix.narrow(0, 1, prefix.numel() - 1)
+    if one_chunk(dev) and kernel.triton_usable(words) \
+            and kernel.triton_block_sums(words, blocks, POWERS, BLOCK, MIX_SHIFT):
+        blocks.cumsum_(0)  # one pass over the words made the blocks, at their positions
+        return prefix
     weights = POWERS.first(BLOCK, dev)
     w_parts, b_parts = words.split(chunk), blocks.split(chunk // BLOCK)
 
