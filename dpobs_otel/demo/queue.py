@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from .. import names as nm
 from ..readback import verdict as v
-from ..readback.scrape import quantile  # histogram_quantile over cumulative buckets
+from ..readback.buckets import quantile  # histogram_quantile over cumulative buckets
 
 
 def add_queue_arguments(p) -> None:

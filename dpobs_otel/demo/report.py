@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from .. import names as nm
 from ..readback import native
-from ..readback.scrape import quantile as bucket_quantile  # histogram_quantile, {le: count}
+from ..readback.buckets import quantile as bucket_quantile  # histogram_quantile, {le: count}
 from ..readback.cluster import ClusterView, text as cluster_text
 from .logs import BackendLog, log_dir
 from ..report.command import demo_png

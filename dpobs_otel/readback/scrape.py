@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import fcntl
 import json
-import math
 import os
 import ssl
 import time
@@ -387,21 +386,3 @@ def scrape_all(targets: list[Target], timeout: float = 1.0,
             pool.shutdown(wait=False, cancel_futures=True)
     return out
 
-
-def quantile(buckets: dict[float, float], q: float) -> float:
-    """histogram_quantile over cumulative buckets {le: count} (Prometheus's linear
-    interpolation inside a bucket; the lowest bucket starts at 0). NaN without observations;
-    the highest finite bound when the quantile falls in +Inf."""
-    bounds = sorted(buckets)
-    if not bounds or buckets[bounds[-1]] <= 0:
-        return math.nan
-    rank = q * buckets[bounds[-1]]
-    lo_b, lo_c = 0.0, 0.0
-    for b in bounds:
-        c = buckets[b]
-        if c >= rank:
-            if math.isinf(b):
-                return lo_b
-            return lo_b + (b - lo_b) * ((rank - lo_c) / (c - lo_c) if c > lo_c else 0.0)
-        lo_b, lo_c = b, c
-    return lo_b

@@ -5,7 +5,7 @@ recording rules compute from the oldest and newest snapshot in it:
 - rates are the difference of two snapshots over the time between them (rate() without
   its extrapolation to the window's edges, which cancels in every ratio shown);
 - ratios sum numerators and denominators over processes, then divide (as the rules do);
-- quantiles are histogram_quantile over the summed bucket differences (scrape.quantile);
+- quantiles are histogram_quantile over the summed bucket differences (buckets.quantile);
 - the guard's counts are increases over the window, and a process first seen after top's
   first scrape counts its whole value (the rules count a series born in the window in
   full: otherwise a single corrupted row in a short-lived process would never show);
@@ -20,7 +20,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from ..readback import cluster, scrape, verdict
+from ..readback import buckets, cluster, scrape, verdict
 from ..readback.weights import WeightTotals, checks_whole
 from . import weights
 from .model import Answers, Job, Op, Process, stragglers, worst_first
@@ -183,14 +183,14 @@ def _ops(rs: list[Rates]) -> list[Op]:
     for op in sorted({op for r in rs for op in r.calls}):
         calls = sum(r.calls.get(op, 0.0) for r in rs)
         secs = sum(r.seconds.get(op, 0.0) for r in rs)
-        buckets: dict[float, float] = {}
+        le_counts: dict[float, float] = {}
         for r in rs:
             for le, c in r.buckets.get(op, {}).items():
-                buckets[le] = buckets.get(le, 0.0) + c
+                le_counts[le] = le_counts.get(le, 0.0) + c
         o = Op(op=op, share=_ratio(secs, total), ops_per_s=calls)
         if calls > 0:  # the rules drop latency answers for ops without calls in the window
             o.mean_s = secs / calls
-            o.p90_s, o.p99_s = (_finite(scrape.quantile(buckets, q)) for q in (0.9, 0.99))
+            o.p90_s, o.p99_s = (_finite(buckets.quantile(le_counts, q)) for q in (0.9, 0.99))
             o.quantiles = "classic"  # the text scrape's buckets
         out.append(o)
     return sorted(out, key=lambda o: (-(o.share or 0.0), o.op))

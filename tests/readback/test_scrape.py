@@ -15,7 +15,7 @@ from tensordict import TensorDict
 
 import dpobs_otel as dpobs
 from dpobs_otel import names
-from dpobs_otel.readback import scrape
+from dpobs_otel.readback import buckets, scrape
 from dpobs_otel.exporters.filesd import boot_id
 
 
@@ -194,11 +194,11 @@ def test_mutual_tls_endpoints_are_scraped_over_https_per_settings(clean_env, tmp
 
 def test_quantile_interpolates_like_prometheus():
     b = {0.1: 2.0, 0.2: 6.0, 0.4: 10.0, math.inf: 10.0}
-    assert scrape.quantile(b, 0.5) == pytest.approx(0.1 + 0.1 * (5 - 2) / 4)
-    assert scrape.quantile(b, 0.1) == pytest.approx(0.1 * 1 / 2)
-    assert scrape.quantile(b, 1.0) == pytest.approx(0.4)
-    assert scrape.quantile({0.1: 0.0, math.inf: 4.0}, 0.5) == 0.1  # in +Inf: the last bound
-    assert math.isnan(scrape.quantile({0.1: 0.0, math.inf: 0.0}, 0.5))
+    assert buckets.quantile(b, 0.5) == pytest.approx(0.1 + 0.1 * (5 - 2) / 4)
+    assert buckets.quantile(b, 0.1) == pytest.approx(0.1 * 1 / 2)
+    assert buckets.quantile(b, 1.0) == pytest.approx(0.4)
+    assert buckets.quantile({0.1: 0.0, math.inf: 4.0}, 0.5) == 0.1  # in +Inf: the last bound
+    assert math.isnan(buckets.quantile({0.1: 0.0, math.inf: 0.0}, 0.5))
 
 
 def test_went_back_is_the_restart_test():

@@ -72,17 +72,18 @@ class Patches:
         return result
 
     def _safely(self, fn, *args):
+        """fn(*args), or None where dpobs's own fn raised (counted)."""
         try:
-            fn(*args)
+            return fn(*args)
         except Exception as exc:
             self.failed(exc)
+            return None
 
-    @staticmethod
-    def _failed(meter, op, method, args, kwargs, dt, frame, exc):
+    def _failed(self, meter, op, method, args, kwargs, dt, frame, exc):
         keys = 0
         if op == names.RAY_GET:  # the refs it asked for, and whose method they came from
             refs = _refs(args, kwargs, "object_refs")
-            method, keys = meter.methods.of(refs), len(refs)
+            method, keys = self._safely(meter.methods.of, refs), len(refs)
         meter.record(op, method, dt, keys, frame.nbytes, frame.seconds,
                      error=type(exc).__name__)
 
@@ -96,8 +97,8 @@ class Patches:
     def get(self, fn):
         def done(meter, values, dt, frame, args, kwargs):
             refs = _refs(args, kwargs, "object_refs")
-            meter.record(names.RAY_GET, meter.methods.of(refs), dt, len(refs), frame.nbytes,
-                         frame.seconds)
+            meter.record(names.RAY_GET, self._safely(meter.methods.of, refs), dt, len(refs),
+                         frame.nbytes, frame.seconds)
         return self._wrap(fn, names.RAY_GET, done)
 
     def wait(self, fn):
@@ -115,27 +116,29 @@ class Patches:
     def actor_call(self, fn):
         @functools.wraps(fn)
         def _remote(method, args=None, kwargs=None, *rest, **options):
+            meter = self.meter()
             name = ray_names.method_name(method)
-            if internal(name) or self.meter() is None:
+            if meter is None or internal(name):  # Ray's own methods are left alone
                 return fn(method, args, kwargs, *rest, **options)
-            label = self.meter().methods.label(ray_names.actor_class(method),
-                                               carried(name, args))
+            label = self._safely(lambda: meter.methods.label(ray_names.actor_class(method),
+                                                             carried(name, args)))
             return self._call(fn, label, (method, args, kwargs, *rest), options, kwargs)
         return _remote
 
     def task_call(self, fn):
         @functools.wraps(fn)
         def _remote(function, args=None, kwargs=None, *rest, **options):
-            if self.meter() is None:
+            meter = self.meter()
+            if meter is None:
                 return fn(function, args, kwargs, *rest, **options)
-            label = self.meter().methods.label("", ray_names.task_name(function))
+            label = self._safely(lambda: meter.methods.label("", ray_names.task_name(function)))
             return self._call(fn, label, (function, args, kwargs, *rest), options, kwargs)
         return _remote
 
     def _call(self, fn, label, args, options, call_kwargs):
         def done(meter, result, dt, frame, args, kwargs):
             meter.record(names.RAY_CALL, label, dt, frame.count, frame.nbytes, frame.seconds)
-            meter.methods.returned(result, label)
+            self._safely(meter.methods.returned, result, label)
         # Ray serializes a keyword argument's name beside its value, and a marker beside each
         # positional one: neither is an argument.
         skip = frozenset(map(id, call_kwargs or ()))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 
 from ... import names
+from ..instrumentation import MEASURED
 from ...shims import ray_private
 from .ops import Patches
 
@@ -18,7 +19,9 @@ log = logging.getLogger(__name__)
 
 def _replace(owner, attr, make) -> callable:
     original = owner.__dict__[attr]
-    setattr(owner, attr, make(original))
+    measured = make(original)
+    setattr(measured, MEASURED, True)  # dpobs's own, beside Ray's (its __wrapped__)
+    setattr(owner, attr, measured)
 
     def undo():
         setattr(owner, attr, original)

@@ -1,0 +1,155 @@
+"""What a Ray program can see of Ray, written as JSON so that a run with dpobs and one without
+can be compared whole (tests/adapters/ray/test_ray_harmless.py): the signatures and `inspect`
+answers of the entry points dpobs replaces, the types of refs and results, the exceptions
+raised (class, module, message, identity of what the raiser threw), and the results.
+
+    python -m helpers.ray_view OUT.json
+
+RAYVIEW_BREAK=NAME makes one dpobs component on a Ray op's path raise on purpose
+(BREAKABLE: the method label, the refs' method, the returned refs' map, the object sizes, the
+owned bytes); the view then also holds this process's op counts and dpobs's own error count,
+read from its /metrics, so the test sees every op still counted and the program unchanged.
+"""
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import sys
+import urllib.request
+
+import ray
+import ray.actor
+import ray.remote_function
+
+from dpobs_otel.adapters.instrumentation import MEASURED
+
+# component -> (module, attribute) that is made to raise
+BREAKABLE = {"label": ("dpobs_otel.adapters.ray.methods", "Methods.label"),
+             "of": ("dpobs_otel.adapters.ray.methods", "Methods.of"),
+             "returned": ("dpobs_otel.adapters.ray.methods", "Methods.returned"),
+             "object_size": ("dpobs_otel.shims.ray_private", "object_size"),
+             "stored_size": ("dpobs_otel.shims.ray_private", "stored_size"),
+             "owned": ("dpobs_otel.adapters.ray.meter", "RayMeter.owned")}
+
+
+class Planted(RuntimeError):
+    """What a broken component raises: dpobs must swallow and count it."""
+
+
+@ray.remote
+class Echo:
+    def echo(self, x, *, twice=False):
+        return [x, x] if twice else x
+
+    def fail(self):
+        raise KeyError("planted by the program")
+
+
+@ray.remote
+def double(x):
+    return x * 2
+
+
+def _break(component: str) -> None:
+    import importlib
+    module, path = BREAKABLE[component]
+    owner = importlib.import_module(module)
+    *head, attr = path.split(".")
+    for part in head:
+        owner = getattr(owner, part)
+
+    def broken(*args, **kwargs):
+        raise Planted(component)
+    setattr(owner, attr, broken)
+
+
+def _signature(fn) -> str:
+    try:
+        return str(inspect.signature(fn))
+    except (TypeError, ValueError) as exc:
+        return f"no signature: {type(exc).__name__}"
+
+
+def _entry_points() -> dict:
+    fns = {"ray.put": ray.put, "ray.get": ray.get, "ray.wait": ray.wait,
+           "ActorMethod._remote": ray.actor.ActorMethod._remote,
+           "RemoteFunction._remote": ray.remote_function.RemoteFunction._remote}
+    return {name: {"signature": _signature(fn), "name": fn.__name__,
+                   "replaced": hasattr(fn, MEASURED),
+                   "qualname": fn.__qualname__, "doc": fn.__doc__,
+                   "module": fn.__module__, "source": inspect.getsource(fn),
+                   "function": inspect.isfunction(fn),
+                   "coroutine": inspect.iscoroutinefunction(fn)}
+            for name, fn in fns.items()}
+
+
+def _raised(fn) -> dict:
+    try:
+        fn()
+    except Exception as exc:
+        return {"class": type(exc).__name__, "module": type(exc).__module__,
+                "mro": [c.__name__ for c in type(exc).__mro__],
+                "cause": type(getattr(exc, "cause", None)).__name__,
+                "cause_message": str(getattr(exc, "cause", exc))}
+    return {}
+
+
+def view() -> dict:
+    echo = Echo.remote()
+    ref = ray.put({"rows": list(range(1000))})
+    call = echo.echo.remote(ref, twice=True)
+    ready, pending = ray.wait([call, double.remote(21)], num_returns=2, timeout=60)
+    return {"entry_points": _entry_points(),
+            "ref_type": type(ref).__module__ + "." + type(ref).__qualname__,
+            "call_type": type(call).__qualname__,
+            "wait": [len(ready), len(pending)],
+            "results": [ray.get(call), ray.get(double.remote(21)), ray.get([ref, ref])],
+            "method_signature": _signature(echo.echo.remote),
+            "raised": _raised(lambda: ray.get(echo.fail.remote())),
+            "bad_input": _raised(lambda: ray.get("not a ref")),
+            "timeout": _raised(lambda: ray.get(echo.echo.remote(1), timeout=-1))}
+
+
+def _own_counts() -> dict:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from dpobs_otel import names
+    tel = ray_instrumented_telemetry()
+    if tel is None:
+        return {}
+    body = urllib.request.urlopen(f"http://{tel.endpoint}/metrics", timeout=10).read()
+    out = {"calls": {}, "errors": 0}
+    for family in text_string_to_metric_families(body.decode()):
+        for s in family.samples:
+            if s.name == names.OP_DURATION_SERIES + "_count":
+                op = s.labels["op"]
+                out["calls"][op] = out["calls"].get(op, 0) + s.value
+            elif s.name == names.INSTR_ERRORS_SERIES and s.labels["component"] == "ray":
+                out["errors"] += s.value
+    return out
+
+
+def ray_instrumented_telemetry():
+    from dpobs_otel.adapters.ray import RayInstrumentor
+    per_process = getattr(RayInstrumentor(), "_per_process", None)
+    return None if per_process is None else per_process.telemetry()
+
+
+def main() -> None:
+    broken = os.environ.get("RAYVIEW_BREAK")
+    if broken:
+        _break(broken)
+    ray.init(address="local", num_cpus=2, _node_ip_address="127.0.0.1",
+             include_dashboard=False, log_to_driver=False)
+    try:
+        out = view()
+        out["own"] = _own_counts()
+    finally:
+        ray.shutdown()
+    with open(sys.argv[1], "w") as f:
+        json.dump(out, f)
+
+
+if __name__ == "__main__":
+    main()
