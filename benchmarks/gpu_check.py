@@ -103,6 +103,10 @@ def check(out: Out | None) -> dict:
         import dpobs_otel
         report["dpobs_from"] = dpobs_otel.__file__
         report["c_kernel"] = kernel.LIB is not None
+        try:
+            report["triton"] = importlib.import_module("triton").__version__
+        except Exception as exc:
+            report["triton"] = f"absent ({type(exc).__name__}): the torch kernels on CUDA"
     if not report.get("cuda"):
         report["needs_cuda"] = list(SECTIONS)
         report["note"] = "no CUDA device: every section needs one (--rehearse runs them on the CPU)"
@@ -136,13 +140,15 @@ def interleaved(arms: dict, device, rounds: int) -> dict:
     return {k: statistics.median(v) for k, v in times.items()}
 
 
-def ratio_row(out: Out, section: str, arms: dict, measured: dict, **extra) -> None:
-    mine, base = list(arms)
-    ratio = measured[mine] / measured[base]
+def ratio_rows(out: Out, section: str, measured: dict, **extra) -> None:
+    """One row for each arm but the last: its median over the last's."""
+    *arms, base = list(measured)
     required = REQUIRED.get(section)
-    out.write(section, arm=mine, against=base, ratio=round(ratio, 3),
-              seconds={k: round(v, 6) for k, v in measured.items()},
-              required=required, ok=None if required is None else ratio <= required, **extra)
+    for mine in arms:
+        ratio = measured[mine] / measured[base]
+        out.write(section, arm=mine, against=base, ratio=round(ratio, 3),
+                  seconds={k: round(measured[k], 6) for k in (mine, base)}, required=required,
+                  ok=None if required is None else ratio <= required, **extra)
 
 
 # ----------------------------------------------------------------------------- sections
@@ -176,16 +182,28 @@ def section_weights(out: Out, args, device) -> None:
     for gb in args.model_gb:
         model = _model(gb * args.scale, device)
         dst = {k: torch.empty_like(t) for k, t in model.items()}
-        arms = {
-            "fingerprint": lambda: wfp.settle({k: wfp.pending(k, t) for k, t in model.items()}),
-            "copy_": lambda: [dst[k].copy_(t) for k, t in model.items()],
-        }
+        def proof():
+            return wfp.settle({k: wfp.pending(k, t) for k, t in model.items()})
+
+        arms = {"fingerprint": proof, "fingerprint, torch kernels": _torch_kernels(proof),
+                "copy_": lambda: [dst[k].copy_(t) for k, t in model.items()]}
         size = sum(t.nbytes for t in model.values())
-        ratio_row(out, "weights", arms, interleaved(arms, device, args.rounds),
-                  model_bytes=size, tensors=len(model), goal=0.5)
+        ratio_rows(out, "weights", interleaved(arms, device, args.rounds), model_bytes=size,
+                   tensors=len(model), goal=0.5)
         del model, dst
         if device.type == "cuda":
             torch.cuda.empty_cache()
+
+
+def _torch_kernels(fn):
+    """fn with the guard's Triton kernel off (DPOBS_GUARD_TRITON=0): the torch kernels."""
+    def run():
+        os.environ["DPOBS_GUARD_TRITON"] = "0"
+        try:
+            return fn()
+        finally:
+            os.environ.pop("DPOBS_GUARD_TRITON", None)
+    return run
 
 
 def _batch(rows: int, nbytes: int, device):
@@ -228,7 +246,7 @@ def section_guard(out: Out, args, device) -> None:
     import torch
     if not hasattr(torch, "hash_tensor"):
         out.write("guard", skipped=f"torch {torch.__version__} has no torch.hash_tensor "
-                  "(new in 2.10): no baseline to measure against")
+                  "(2.11 has it): no baseline to measure against")
         return
     rows = 4096
     batch = _batch(rows, int(2**30 * args.scale), device)
@@ -237,15 +255,15 @@ def section_guard(out: Out, args, device) -> None:
     try:
         def put_get():
             guard.after_get(ids, "p", guard.before_put(ids, "p", batch), None)
-        arms = {"guard put+get": put_get, "2 hash_tensor folds": lambda: (_fold(batch),
-                                                                          _fold(batch))}
+        arms = {"guard put+get": put_get, "guard, torch kernels": _torch_kernels(put_get),
+                "2 hash_tensor folds": lambda: (_fold(batch), _fold(batch))}
         measured = interleaved(arms, device, args.rounds)
         totals = guard.totals()
         size = sum(v.values().nbytes if v.is_nested else v.nbytes for v in batch.values())
-        ratio_row(out, "guard", arms, measured, batch_bytes=size, rows=rows,
-                  failures=totals.get("failures", {}),
-                  checked=sum(totals.get("checked", {}).values()),
-                  mismatched=sum(totals.get("mismatched", {}).values()))
+        ratio_rows(out, "guard", measured, batch_bytes=size, rows=rows,
+                   failures=totals.get("failures", {}),
+                   checked=sum(totals.get("checked", {}).values()),
+                   mismatched=sum(totals.get("mismatched", {}).values()))
     finally:
         tel.shutdown()
 
@@ -300,8 +318,8 @@ def section_sizing(out: Out, args, device) -> None:
         return lambda: [sizing.payload_nbytes(td) for _ in range(reps)]
     arms = {"sizing on the device": per_op(on_device), "sizing on the cpu": per_op(on_cpu)}
     measured = interleaved(arms, device, args.rounds)
-    ratio_row(out, "sizing", arms, measured, rows=256,
-              us_per_op={k: round(v / reps * 1e6, 2) for k, v in measured.items()})
+    ratio_rows(out, "sizing", measured, rows=256,
+               us_per_op={k: round(v / reps * 1e6, 2) for k, v in measured.items()})
 
 
 # ----------------------------------------------------------------------------- main
@@ -319,6 +337,8 @@ def main(argv=None) -> int:
     p.add_argument("--model-gb", type=float, nargs="+", default=[2.0, 8.0])
     argv = sys.argv[1:] if argv is None else argv
     args = p.parse_args(argv)
+    if args.rehearse:  # Triton's interpreter runs its kernel on the CPU (chosen at import)
+        os.environ.setdefault("TRITON_INTERPRET", "1")
     if args.install:
         install(args.install, argv)  # does not return
     out = Out(args.out, args.rehearse)
@@ -350,6 +370,8 @@ def main(argv=None) -> int:
         except Exception as exc:  # one broken section must not cost the others' figures
             out.write(name, error=f"{type(exc).__name__}: {exc}")
         print(f"# {name}: {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+    from dpobs_otel.guard import kernel
+    out.write("kernels", triton_failures=[repr(e) for e in kernel.triton_broken])
     return 0
 
 
