@@ -1,0 +1,133 @@
+"""The Ray adapter's account without a cluster: bounded method labels and the refs each call
+returned, the `method` attribute through dispatchers, Ray's own processes told apart, and
+Ray's ops kept beside the data plane's (their own step_metrics keys, the core's op series,
+never frac_of_step, busy, exposed or occupancy; the readers keep them apart too)."""
+from __future__ import annotations
+
+import urllib.request
+
+import pytest
+
+import dpobs_otel as dpobs
+from dpobs_otel import names
+from dpobs_otel.adapters.ray.instrumentor import _ray_own_process
+from dpobs_otel.adapters.ray.meter import RayMeter
+from dpobs_otel.adapters.ray.methods import MIXED, OTHER, Methods, carried, internal
+from dpobs_otel.readback import scrape
+from helpers import scrape as scrape_tel
+from helpers import value
+
+
+class Ref:
+    """What the adapter reads of an ObjectRef: its binary id."""
+
+    def __init__(self, n: int):
+        self._id = n.to_bytes(28, "big")
+
+    def binary(self) -> bytes:
+        return self._id
+
+
+def test_labels_stay_bounded():
+    m = Methods(max_names=3)
+    assert [m.label("A", f"m{i}") for i in range(5)] == ["A.m0", "A.m1", "A.m2", OTHER, OTHER]
+    assert m.label("A", "m1") == "A.m1"  # a known name stays itself past the bound
+    assert m.label("", "task") == OTHER
+
+
+def test_gets_are_attributed_to_the_call_that_returned_their_refs():
+    m = Methods(max_refs=4)
+    m.returned(Ref(1), "A.f")
+    m.returned([Ref(2), Ref(3)], "B.g")
+    assert m.of([Ref(1)]) == "A.f"
+    assert m.of([Ref(2), Ref(3)]) == "B.g"
+    assert m.of([Ref(1), Ref(2)]) == MIXED
+    assert m.of([Ref(99)]) is None  # a ref no call of this process returned
+    assert m.of([Ref(1), Ref(99)]) == MIXED
+    m.returned([Ref(4), Ref(5)], "C.h")  # past max_refs the oldest are forgotten
+    assert m.of([Ref(1)]) is None and m.of([Ref(5)]) == "C.h"
+
+
+def test_dispatchers_are_named_for_the_method_they_carry():
+    def update_actor():
+        pass
+    assert carried("_fuw_execute", ("actor_rollout_generate_sequences", 1)) == \
+        "actor_rollout_generate_sequences"
+    assert carried("__ray_call__", (update_actor,)) == "update_actor"
+    assert carried("score", ("not carried",)) == "score"
+    assert internal("__ray_ready__") and internal("__ray_terminate__")
+    assert not internal("__ray_call__") and not internal("score")
+
+
+@pytest.mark.parametrize("argv0,own", [
+    ("/venv/lib/python3.11/site-packages/ray/dashboard/dashboard.py", True),
+    ("/venv/lib/python3.11/site-packages/ray/dashboard/agent.py", True),
+    ("/venv/lib/python3.11/site-packages/ray/_private/log_monitor.py", True),
+    ("/venv/lib/python3.11/site-packages/ray/_private/workers/default_worker.py", False),
+    ("/home/me/train.py", False),
+    ("", False)])
+def test_ray_s_own_processes_are_told_from_drivers_and_workers(argv0, own):
+    assert _ray_own_process(argv0, "/venv/lib/python3.11/site-packages/ray") is own
+
+
+@pytest.fixture
+def tel():
+    t = dpobs.start(role="ray-account", rank=0, job="ray-account", port=0)
+    yield t
+    t.shutdown()
+
+
+def _ops(meter):
+    meter.record(names.RAY_PUT, None, 0.004, 1, 5000, 0.001)
+    meter.record(names.RAY_CALL, "A.f", 0.001, 2, 300, 0.0002)
+    meter.record(names.RAY_GET, "A.f", 2.0, 3, 7000, 0.003)
+    meter.record(names.RAY_GET, "A.f", 0.5, 1, 0, 0.0, error="GetTimeoutError")
+    meter.owned("00ff", 5000)
+
+
+def test_ray_ops_have_their_own_step_metrics_keys_and_no_data_plane_time(tel):
+    meter = RayMeter(tel)
+    with tel.step():
+        _ops(meter)
+    m = tel.step_metrics()
+    assert m["dpobs/data_plane_s"] == 0 and m["dpobs/frac_of_step"] == 0
+    assert m["dpobs/busy_s"] == 0 and m["dpobs/exposed_s"] == 0
+    assert not any(k.startswith("dpobs/op/") for k in m)
+    assert m["dpobs/ray/ray_get/calls"] == 2 and m["dpobs/ray/ray_get/errors"] == 1
+    assert m["dpobs/ray/ray_get/seconds"] == pytest.approx(2.5)
+    assert m["dpobs/ray/ray_get/mb"] == pytest.approx(0.007)
+    assert m["dpobs/ray/ray_put/serialization_s"] == pytest.approx(0.001)
+    assert m["dpobs/ray/owned_mb"] == pytest.approx(0.005)
+    again = tel.step_metrics()  # a window: what happened since the last call
+    assert again["dpobs/ray/ray_get/calls"] == 0 and again["dpobs/ray/owned_mb"] > 0
+
+
+def test_ray_ops_join_the_core_series_with_their_method(tel):
+    _ops(RayMeter(tel))
+    s = scrape_tel(tel)
+    op = names.OP_DURATION_SERIES
+    assert value(s, op + "_count", op="ray_get", method="A.f") == 2
+    # A put has no method; the exporter writes the label empty beside the family's others,
+    # which PromQL reads as absent.
+    assert value(s, op + "_count", op="ray_put", method="") == 1
+    assert value(s, names.KEYS_SERIES, op="ray_get", method="A.f") == 4
+    assert value(s, names.TRANSFERRED_SERIES, op="ray_call", method="A.f",
+                 direction="write") == 300
+    assert value(s, names.OP_ERRORS_SERIES, op="ray_get", method="A.f",
+                 error_type="GetTimeoutError") == 1
+    assert value(s, names.RAY_SERIALIZATION_SERIES + "_sum", op="ray_get",
+                 direction="deserialize") == pytest.approx(0.003)
+    assert value(s, names.RAY_OWNED_SERIES) == 5000  # no Ray here: nothing to drop
+    assert value(s, names.OUTSTANDING_SIZE_SERIES) == 0
+
+
+def test_the_readers_keep_ray_ops_apart(tel):
+    _ops(RayMeter(tel))
+    with tel.step():
+        pass
+    body = urllib.request.urlopen(f"http://{tel.endpoint}/metrics", timeout=10).read().decode()
+    totals = scrape.parse(body)
+    assert set(totals.ops) == set()
+    assert set(totals.ray_ops) == {"ray_put", "ray_call", "ray_get"}
+    assert totals.ray_ops["ray_get"].calls == 2 and totals.ray_ops["ray_get"].keys == 4
+    assert totals.ray_ops["ray_get"].read_bytes == 7000
