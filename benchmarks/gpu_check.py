@@ -34,7 +34,6 @@ import statistics
 import subprocess
 import sys
 import time
-import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -269,8 +268,8 @@ def section_guard(out: Out, args, device) -> None:
 
 
 def section_syncs(out: Out, args, device) -> None:
-    import torch
     from dpobs_otel import sizing
+    from dpobs_otel.guard import kernel
     from dpobs_otel.weights import fingerprint as wfp
     if device.type != "cuda":
         out.write("syncs", skipped="needs CUDA: torch.cuda.set_sync_debug_mode counts device "
@@ -280,11 +279,11 @@ def section_syncs(out: Out, args, device) -> None:
     model = _model(0.01, device)
     tel, guard = _guard(device)
     try:
-        written, put = _count_syncs(guard.before_put, ids, "p", batch)
-        _, get = _count_syncs(guard.after_get, ids, "p", written, None)
-        kept, pend = _count_syncs(lambda: {k: wfp.pending(k, t) for k, t in model.items()})
-        _, settle = _count_syncs(wfp.settle, kept)
-        _, size = _count_syncs(sizing.payload_nbytes, batch)
+        written, put = kernel.host_syncs(guard.before_put, ids, "p", batch)
+        _, get = kernel.host_syncs(guard.after_get, ids, "p", written, None)
+        kept, pend = kernel.host_syncs(lambda: {k: wfp.pending(k, t) for k, t in model.items()})
+        _, settle = kernel.host_syncs(wfp.settle, kept)
+        _, size = kernel.host_syncs(sizing.payload_nbytes, batch)
         got = {"put": put, "get": get, "weights_pending": pend, "weights_settle": settle,
                "sizing": size}
         want = {"put": 0, "get": 1, "weights_pending": 0, "weights_settle": 1, "sizing": 0}
@@ -292,19 +291,6 @@ def section_syncs(out: Out, args, device) -> None:
                   failures=guard.totals().get("failures", {}))
     finally:
         tel.shutdown()
-
-
-def _count_syncs(fn, *args):
-    import torch
-    torch.cuda.synchronize()
-    with warnings.catch_warnings(record=True) as seen:
-        warnings.simplefilter("always")
-        torch.cuda.set_sync_debug_mode("warn")
-        try:
-            result = fn(*args)
-        finally:
-            torch.cuda.set_sync_debug_mode(0)
-    return result, sum("synchroniz" in str(w.message) for w in seen)
 
 
 def section_sizing(out: Out, args, device) -> None:

@@ -202,7 +202,7 @@ def id_salts(sample_ids: Sequence[str], partition_id: str, device="cpu") -> torc
     with the CRC of the common prefix computed once and continued per id."""
     prefix = zlib.crc32(id_salt_prefix(partition_id))
     vals = [zlib.crc32(str(sid).encode("utf-8", "surrogatepass"), prefix) for sid in sample_ids]
-    return torch.tensor(vals, dtype=torch.int64, device=device)
+    return to_device(torch.tensor(vals, dtype=torch.int64), device)
 
 
 def _finish(acc: torch.Tensor, field: str, dtype, row_shape, lead, ids: torch.Tensor):

@@ -14,6 +14,7 @@ import ctypes
 import functools
 import importlib.util
 import os
+import warnings
 
 import torch
 
@@ -21,7 +22,7 @@ from . import pool
 from .reference import MIX_SHIFT, G, R
 
 __all__ = ["LIB", "usable", "sums_dense", "sums_flat", "finish", "run_sum",
-           "triton_usable", "triton_block_sums", "TILE"]
+           "triton_usable", "triton_block_sums", "TILE", "host_syncs"]
 
 # Words per call when a field is spread over threads: large enough that the call's fixed
 # cost (a few microseconds through ctypes) is noise, small enough that two threads share a
@@ -214,3 +215,18 @@ def triton_block_sums(words: torch.Tensor, out: torch.Tensor, powers, block: int
         triton_broken.append(exc)
         return False
     return True
+
+
+def host_syncs(fn, *args):
+    """(fn(*args), how many times it made the host wait for the CUDA device), counted by
+    torch's sync debug mode (one warning a sync): what tests/cuda and benchmarks/gpu_check.py
+    hold the guard, the weights' fingerprints and sizing to. Needs a CUDA device."""
+    torch.cuda.synchronize()
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            result = fn(*args)
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+    return result, sum("synchroniz" in str(w.message) for w in seen)

@@ -3,14 +3,13 @@ for every dtype and layout the guard takes, and the host syncs a guarded put and
 weight sync make, counted by torch.cuda.set_sync_debug_mode("warn") (one warning a sync)."""
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
 from tensordict import TensorDict
 
 import dpobs_otel as dpobs
 from dpobs_otel.guard.fingerprint import field_digests, id_salts
+from dpobs_otel.guard.kernel import host_syncs
 from dpobs_otel.weights import fingerprint as weights_fp
 from helpers.layouts import DTYPES, ROWS, bits, layouts
 
@@ -18,11 +17,13 @@ IDS = [f"sample-{i}" for i in range(ROWS)]
 
 
 @pytest.fixture
-def tel(monkeypatch):
+def guard(monkeypatch):
     monkeypatch.delenv("DPOBS_VERIFY_TENSOR_HASH", raising=False)
-    t = dpobs.start(role="cuda-test", rank=0, port=0, verify_tensor_hash=True)
-    yield t
-    t.shutdown()
+    tel = dpobs.start(role="cuda-test", rank=0, port=0, verify_tensor_hash=True)
+    try:
+        yield tel.guard
+    finally:
+        tel.shutdown()
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -74,21 +75,8 @@ def _batch():
     }, batch_size=[ROWS])
 
 
-def host_syncs(fn, *args):
-    """(fn(*args), the host syncs it made), counted by torch's sync debug mode."""
-    torch.cuda.synchronize()
-    with warnings.catch_warnings(record=True) as seen:
-        warnings.simplefilter("always")
-        torch.cuda.set_sync_debug_mode("warn")
-        try:
-            out = fn(*args)
-        finally:
-            torch.cuda.set_sync_debug_mode(0)
-    return out, sum("synchroniz" in str(w.message) for w in seen)
-
-
-def test_a_guarded_put_makes_no_host_sync_and_a_get_one(tel):
-    guard, batch = tel.guard, _batch()
+def test_a_guarded_put_makes_no_host_sync_and_a_get_one(guard):
+    batch = _batch()
     written, at_put = host_syncs(guard.before_put, IDS, "p", batch)
     got, at_get = host_syncs(guard.after_get, IDS, "p", written, None)
     totals = guard.totals()

@@ -14,7 +14,6 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 from torch.utils._python_dispatch import TorchDispatchMode
 
-import dpobs_otel as dpobs
 from dpobs_otel import sizing
 from dpobs_otel.weights import fingerprint as weights_fp
 
@@ -69,14 +68,6 @@ def fake():
         yield
 
 
-@pytest.fixture
-def tel(monkeypatch):
-    monkeypatch.delenv("DPOBS_VERIFY_TENSOR_HASH", raising=False)
-    t = dpobs.start(role="sync-count", rank=0, port=0, verify_tensor_hash=True)
-    yield t
-    t.shutdown()
-
-
 def _jagged(lengths, inner, dtype, narrow=False):
     total = sum(lengths)
     values = torch.zeros((total + 3, *inner), dtype=dtype, device="cuda")
@@ -116,10 +107,10 @@ def test_the_counter_sees_every_kind_of_host_sync(fake):
     assert syncs.seen[-2:] == ["blocking copy to device", "data-dependent size"]
 
 
-def test_a_guarded_put_makes_no_sync_and_a_get_exactly_one(fake, tel):
+def test_a_guarded_put_makes_no_sync_and_a_get_exactly_one(fake, guarded):
     """Every field's digests stay on the device at put (they go to the store in their
     columns); a get compares there and brings all fields' flags back in one transfer."""
-    guard, ids = tel.guard, [f"s{i}" for i in range(6)]
+    guard, ids = guarded[0].guard, [f"s{i}" for i in range(6)]
     batch = _batch()
     with HostSyncs() as put:
         written = guard.before_put(ids, "p", batch)
