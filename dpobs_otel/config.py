@@ -43,6 +43,9 @@ class Settings:
     port: int = 0  # 0: any free port
     sd_dir: str | None = None
     verify_tensor_hash: bool = False
+    # the weight proof's fingerprints ride in the weight stream (every receiver runs dpobs)
+    # instead of the job's control store (weights/boards.py; docs/guides/weights.md)
+    weights_in_band: bool = False
     advertise_host: str | None = None  # the host written into file_sd, when host is a wildcard
     tls_certfile: str | None = None
     tls_keyfile: str | None = None

@@ -34,6 +34,10 @@ LR = 2.0 ** -7
 CORRUPTED = "model.layers.1.mlp.down_proj.weight"  # the tensor --corrupt-weights-at flips
 SIGN = -(1 << 15)  # the sign bit of a bf16 word read as int16
 TRANSPORTS = {"gloo": Gloo, "mooncake": MooncakeTE}
+# Transports whose two processes share no control store (no process group, no Ray): the
+# guard's fingerprints ride in the stream, as DPOBS_WEIGHTS_IN_BAND=1 would have them; over
+# gloo they travel beside it, through the group's store (docs/guides/weights.md)
+IN_BAND = {"mooncake"}
 
 
 def shapes() -> dict[str, tuple[int, ...]]:
@@ -91,10 +95,24 @@ def _account(truth, side: str, version: int, seconds: float, tensors: dict) -> d
 
 
 class _Side:
+    in_band = False
+    SETTLE_S = 5.0  # at the end, for the last version's proof still in the store
+
     def __init__(self, transport):
         self.transport = transport
+        self._weights = None
+
+    def weights(self, dp):
+        """dp.weights, its proof in band where the transport shares no store."""
+        if self.in_band:
+            dp.weights.in_band = True
+        self._weights = dp.weights
+        return dp.weights
 
     def close(self) -> None:
+        """The last post made and the last check counted before the report reads them."""
+        if self._weights is not None:
+            self._weights.settle(self.SETTLE_S)
         self.transport.close()
 
 
@@ -108,7 +126,7 @@ class Sender(_Side):
     def step(self, dp, truth, step: int) -> None:
         self.model.update(step)
         t0 = perf_counter()
-        self.transport.send(dp.weights.sent(self.model.tensors.items(), version=step))
+        self.transport.send(self.weights(dp).sent(self.model.tensors.items(), version=step))
         _account(truth, "send", step, perf_counter() - t0, self.model.tensors)
 
 
@@ -132,7 +150,7 @@ class Receiver(_Side):
         if step == self.corrupt_at:
             arriving = _flipped(arriving)
         t0 = perf_counter()
-        loaded = dict(dp.weights.received(arriving, version=step))
+        loaded = dict(self.weights(dp).received(arriving, version=step))
         w = _account(truth, "receive", step, perf_counter() - t0, loaded)
         self.engine.update(loaded)
         _compare(w, self.replay.tensors, loaded)
@@ -171,4 +189,6 @@ def participant(role: str, rank: int, cfg, port):
     if not cfg.weight_sync or (role, rank) not in (("trainer", 0), ("rollout", 0)):
         return None
     transport = TRANSPORTS[cfg.weight_sync](SENDER if role == "trainer" else 1, 2, port)
-    return (Sender if role == "trainer" else Receiver)(cfg, transport)
+    side = (Sender if role == "trainer" else Receiver)(cfg, transport)
+    side.in_band = cfg.weight_sync in IN_BAND
+    return side

@@ -1,18 +1,20 @@
 """Weight sync (DESIGN.md "Weight sync"): `tel.weights`, one sync of version v measured per
-side, and with the guard on proven: the sender's fingerprints travel with the weights
-(manifest.py) and each receiver checks every tensor it got.
+side, and with the guard on proven: the sender's fingerprints (manifest.py) travel beside the
+weights, through the job's control store (boards.py, carriage.py), or in the stream when
+weights_in_band is set, and each receiver checks every tensor it got.
 
     stream = tel.weights.sent(named_tensors, version=step)        # the trainer
     for name, t in tel.weights.received(stream, version=step): ...  # each receiver
     with tel.weights.sync(version=step, side="send") as sync:      # or a block
         sync.note(name, t)   # and/or torch.distributed calls on this thread (collectives.py)
-        item = sync.manifest()   # guard on: send it like a weight (None when off)
+        item = sync.manifest()   # in band: send it like a weight (None otherwise)
+    tel.weights.settle(timeout)  # wait for the checks still reading the store (tests)
 """
 from __future__ import annotations
 
 from .. import instruments, names
-from . import streams
-from .manifest import MANIFEST_NAME
+from . import manifest, streams
+from .manifest import MANIFEST_NAME, Carriage
 from .meter import WeightMeter
 from .sync import Sync
 
@@ -34,6 +36,8 @@ class Weights:
         self._tel = tel
         self.meter = WeightMeter(tel.meter, instruments.exported(tel.internal_error))
         self.prove = tel.guard is not None  # fingerprints only with the guard on
+        self.in_band = tel.settings.weights_in_band
+        self.carriage = Carriage(self, tel.settings.job) if self.prove else None
         # a transfer engine the user imported before start(): its requests made before the
         # first sync are known too (transfers.py)
         self._install_hooks(torch_distributed=False)
@@ -45,14 +49,25 @@ class Weights:
         return s
 
     def sent(self, stream, version: int):
-        return streams.through(Sync(self, _checked_args(version, "send"), "send"), stream)
+        return streams.through(self.streamed(_checked_args(version, "send"), "send"), stream)
 
     def received(self, stream, version: int):
-        return streams.through(Sync(self, _checked_args(version, "receive"), "receive"),
+        return streams.through(self.streamed(_checked_args(version, "receive"), "receive"),
                                stream)
+
+    def streamed(self, version: int, side: str) -> Sync:
+        """The sync of a stream wrapper: proven even when the stream was empty."""
+        s = Sync(self, version, side)
+        s.streamed = True
+        return s
 
     def stats(self) -> dict:
         return self.meter.stats.snapshot()
+
+    def settle(self, timeout: float = 60.0) -> bool:
+        """Wait until every proof this process posted or is reading in the store is done
+        (the checks count then); False if some still wait after `timeout` seconds."""
+        return self.carriage is None or self.carriage.settle(timeout)
 
     # -- called by Sync -------------------------------------------------------------------
     def done(self, sync: Sync, t0: float, t1: float) -> None:
@@ -62,6 +77,22 @@ class Weights:
                        sync.check)
         if tel.tracer is not None:
             tel.tracer.weights(sync.side, sync.version, t0, t1, sync.bytes, sync.tensors)
+
+    def prove_later(self, sync: Sync) -> None:
+        """A proven sync that ended with no in-band check: out of band, the sender posts its
+        fingerprints and the receiver's check waits for them (carriage.py), neither on
+        this thread; in band, a receiver that got no manifest item is left unchecked."""
+        if sync.side == "send":
+            if not self.in_band:
+                self.carriage.post(sync.version, dict(sync.digests))
+        elif self.in_band:
+            self.carriage.unchecked("no_manifest", len(sync.digests))
+        else:
+            self.carriage.check(sync.version, sync.digests)
+
+    def checked(self, version: int, check) -> None:
+        self.meter.add_check(check)
+        manifest.report(version, check)
 
     def internal_error(self, exc: BaseException) -> None:
         self._tel.internal_error(names.COMPONENT_WEIGHTS, exc)
@@ -109,3 +140,6 @@ class DisabledWeights:
 
     def stats(self) -> dict:
         return {}
+
+    def settle(self, timeout: float = 60.0) -> bool:
+        return True

@@ -8,6 +8,10 @@ from opentelemetry.metrics import Observation
 
 from .. import instruments, names
 
+# why a receiver's tensors went unchecked (carriage.py): no store to read, no manifest in
+# time (or none in band), the store failed
+UNCHECKED_REASONS = ("no_store", "no_manifest", "store_error")
+
 
 class WeightStats:
     def __init__(self):
@@ -19,6 +23,7 @@ class WeightStats:
         self.version: dict[str, int] = {}  # side -> version of its last completed sync
         self.checked = 0
         self.mismatched = {reason: 0 for reason in names.WEIGHT_MISMATCH_REASONS}
+        self.unchecked = dict.fromkeys(UNCHECKED_REASONS, 0)
         self.step_seconds = 0.0  # sync time inside an open step of the syncing thread
         self.step_syncs = 0  # syncs that ran inside a step (the series exists from the first)
 
@@ -27,6 +32,7 @@ class WeightStats:
             return {"syncs": sum(self.syncs.values()), "seconds": sum(self.seconds.values()),
                     "bytes": sum(self.bytes.values()), "tensors": sum(self.tensors.values()),
                     "checked": self.checked, "mismatched": sum(self.mismatched.values()),
+                    "unchecked": sum(self.unchecked.values()),
                     "step_seconds": self.step_seconds,
                     "version": max(self.version.values(), default=None)}
 
@@ -62,10 +68,21 @@ class WeightMeter:
             if in_step:
                 st.step_seconds += seconds
                 st.step_syncs += 1
-            if check is not None:
-                st.checked += check.checked
-                for reason, n in check.mismatched.items():
-                    st.mismatched[reason] += n
+        if check is not None:
+            self.add_check(check)
+
+    def add_check(self, check) -> None:
+        """One receiver's check (manifest.Check), counted when its sync ended (in band) or
+        once its manifest was read (out of band)."""
+        st = self.stats
+        with st.lock:
+            st.checked += check.checked
+            for reason, n in check.mismatched.items():
+                st.mismatched[reason] += n
+
+    def add_unchecked(self, reason: str, tensors: int) -> None:
+        with self.stats.lock:
+            self.stats.unchecked[reason] += tensors
 
 
 # Series appear with the first sync of their side: a receiver-only process shows no send

@@ -1,5 +1,6 @@
 """One side of one weight sync: the tensors it moved, its wall time, and (guard on) the
-fingerprints the sender sends or the receiver checks.
+fingerprints the sender posts (out of band, carriage.py) or sends (in band), and the
+receiver checks.
 
 Every method a user's transfer loop calls (note, manifest, the collectives' hook) swallows
 and counts its own errors: a sync is measured or, failing that, left alone, never failed.
@@ -11,7 +12,6 @@ import threading
 import weakref
 from time import perf_counter
 
-from .. import names
 from . import manifest
 
 log = logging.getLogger("dpobs_otel")
@@ -70,7 +70,8 @@ class Sync:
 
     def __init__(self, owner, version: int, side: str):
         self.owner, self.version, self.side = owner, version, side
-        self.prove = owner.prove
+        self.prove, self.in_band = owner.prove, owner.in_band
+        self.streamed = False  # a stream wrapper's sync: proven even when it moved nothing
         self.bytes = self.tensors = 0
         self.digests: dict[str, int] = {}  # name -> fingerprint of what passed here
         self.expected: dict[str, int] | None = None  # receiver: the sender's manifest
@@ -101,9 +102,11 @@ class Sync:
         t1 = perf_counter()
         try:
             if self.side == "receive" and self.prove and self.expected is not None:
-                self.check = manifest.compare(self.expected, self.digests)
-                self._report(self.check)
+                self.check = manifest.compare(self.expected, self.digests)  # in band: now
+                manifest.report(self.version, self.check)
             self.owner.done(self, t0, t1)
+            if self.prove and self.check is None and (self.streamed or self.digests):
+                self.owner.prove_later(self)  # a block that noted nothing has no proof
         except Exception as exc:
             self.owner.internal_error(exc)
 
@@ -158,10 +161,11 @@ class Sync:
             self.tensors += 1
 
     def manifest(self):
-        """The sender's fingerprints as one (name, tensor) item to send after the weights,
-        over the same transport, to every receiver; None when the guard is off (nothing to
-        send). The stream wrapper sends it by itself."""
-        if self.side != "send" or not self.prove:
+        """In band (the setting weights_in_band): the sender's fingerprints as one (name,
+        tensor) item to send after the weights, over the same transport, to every receiver;
+        the stream wrapper sends it by itself. None otherwise: with the guard off there is
+        nothing to send, and out of band (the default) the sync posts them when it ends."""
+        if self.side != "send" or not self.prove or not self.in_band:
             return None
         try:
             return manifest.MANIFEST_NAME, manifest.encode(self.version, dict(self.digests))
@@ -175,9 +179,3 @@ class Sync:
             log.warning("dpobs: weights manifest for version %s received in a sync marked %s",
                         version, self.version)
         self.expected = digests
-
-    def _report(self, check) -> None:
-        if check.mismatched:
-            log.error("dpobs: weights version %s differ from the sender's (%s): %s",
-                      self.version, names.WEIGHTS_MISMATCHED_SERIES,
-                      {r: check.names[r] for r in check.mismatched})

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
 import urllib.request
 
 import torch
@@ -82,7 +83,8 @@ async def _receive(engine) -> tuple[list[float], dict]:
     equal = [got.keys() == want.keys() and all(torch.equal(got[n], want[n]) for n in want)
              for got, want in zip(kept, models.values())]
     return readings, {"bytes": sum(payload(g.values()) for g in kept),
-                      "tensors": sum(len(g) for g in kept), "equal": equal}
+                      "tensors": sum(len(g) for g in kept), "equal": equal,
+                      "names": [list(g) for g in kept]}
 
 
 def _engine(rank: int, world: int):
@@ -100,12 +102,28 @@ def _engine(rank: int, world: int):
     return engine
 
 
-def _own_metrics() -> str | None:
+def _fetch() -> str | None:
     port = os.environ.get("V_METRICS_PORT")
     try:
         return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
     except OSError:  # nothing serves there: dpobs is off
         return None
+
+
+def _own_metrics(checked: int | None) -> str | None:
+    """This process's /metrics text; a receiver's once its checks have counted `checked`
+    tensors (out of band they count when the sender's manifest has been read from the
+    store, just after the sync), or after 60 s."""
+    deadline = time.monotonic() + 60
+    text = _fetch()
+    while text is not None and checked is not None and time.monotonic() < deadline:
+        counted = [line for line in text.splitlines()
+                   if line.startswith("dpobs_weights_tensors_checked_total")]
+        if counted and float(counted[0].split()[-1]) >= checked:
+            break
+        time.sleep(0.05)
+        text = _fetch()
+    return text
 
 
 def main() -> None:
@@ -118,5 +136,6 @@ def main() -> None:
             readings, truth = asyncio.run(_receive(engine))
     finally:
         engine.finalize()
+    checked = None if truth is None else truth["tensors"]
     print(json.dumps({"rank": rank, "verl_timer_s": readings, "truth": truth,
-                      "patched": patched(), "metrics": _own_metrics()}))
+                      "patched": patched(), "metrics": _own_metrics(checked)}))

@@ -2,7 +2,10 @@
 sends a model each version through tel.weights.sent, every other rank receives it through
 tel.weights.received; a receiver may tamper with what it got (before its wrapper sees it),
 one kind per version. The transport is the demo's (demo/gloo.py: loopback only, a header
-then the payload per item)."""
+then the payload per item). The proof travels out of band, through the group's own store.
+
+`seen()`: the same push where only the sender may run dpobs (its guard on) and the receivers
+import nothing of it; each receiver reports what its program saw, item by item."""
 from __future__ import annotations
 
 import torch
@@ -40,6 +43,38 @@ def _mismatches(tel) -> dict[str, int]:
     return dict(tel.weights.meter.stats.mismatched)
 
 
+def _item(name: str, t: torch.Tensor) -> tuple:
+    """What a program sees of one item: its name, dtype, shape and exact bytes."""
+    raw = t.contiguous().view(-1).view(torch.uint8).numpy()
+    return name, str(t.dtype), tuple(t.shape), raw.tobytes()
+
+
+def seen(rank: int, world: int, port, out, sender_dpobs: bool) -> None:
+    """Rank 0 pushes every version (through tel.weights.sent, guard on, when sender_dpobs;
+    otherwise with no dpobs anywhere); each other rank, which never imports dpobs, reports
+    [(version, [item...])] of what its program received."""
+    gloo = Gloo(rank, world, port)
+    tel = None
+    try:
+        if rank == 0 and sender_dpobs:
+            import dpobs_otel as dpobs
+            tel = dpobs.start(role="trainer", rank=0, port=0, host="127.0.0.1",
+                              verify_tensor_hash=True)
+        for v in VERSIONS:
+            if rank == 0:
+                items = iter(model(v).items())
+                gloo.send(items if tel is None else tel.weights.sent(items, version=v))
+            else:
+                out.put((rank, v, [_item(n, t) for n, t in gloo.receive()]))
+        if rank == 0:
+            out.put((0, None, tel is not None and tel.weights.settle(60)))
+        dist.barrier()  # the sender's store outlives every receiver's last read
+    finally:
+        if tel is not None:
+            tel.shutdown()
+        dist.destroy_process_group()
+
+
 def run(rank: int, world: int, port, out, release) -> None:
     import dpobs_otel as dpobs
     gloo = Gloo(rank, world, port)
@@ -56,6 +91,7 @@ def run(rank: int, world: int, port, out, release) -> None:
             got = dict(tel.weights.received(_tampered(gloo.receive(), how), version=v))
             truth["bytes"] += sum(t.numel() * t.element_size() for t in got.values())
             truth["tensors"] += len(got)
+            assert tel.weights.settle(60)  # this version's check, read from the group's store
             checks[v] = {r: n - before[r] for r, n in _mismatches(tel).items() if n > before[r]}
         out.put((rank, tel.url, truth, checks))
         release.wait(120)  # the parent scrapes every process before any of them stops

@@ -9,6 +9,9 @@ queue says when a version is in place. Per version the engine's calls run inside
     proof  both note every tensor (the fingerprints); the trainer writes them in one batch,
            then its manifest after its block; the rollout notes the manifest and checks
 
+The two processes share no store (no process group, no Ray): the proof travels in band
+(weights_in_band), as a transfer of its own, the setting's very case.
+
 Each process reports per version what its sync counted beside its own truth (numel x element
 size of its views, their count), and the rollout whether every tensor it holds equals the
 trainer's model bit for bit (weights.model, rebuilt here)."""
@@ -109,7 +112,7 @@ def run(make_engine, rank: int, inbox, outbox, out, release) -> None:
     import dpobs_otel as dpobs
     engine = make_engine(POOL)
     tel = dpobs.start(role="trainer" if rank == 0 else "rollout", rank=rank, port=0,
-                      host="127.0.0.1", verify_tensor_hash=True)
+                      host="127.0.0.1", verify_tensor_hash=True, weights_in_band=True)
     outbox.put(engine.info())
     engine.connect(inbox.get(timeout=120))
     side = _send if rank == 0 else _receive

@@ -1,7 +1,9 @@
 """A weight push between three real processes over gloo (one trainer, two rollout receivers):
 the exported bytes and tensors equal what the processes moved, every tensor is checked, and
 each corruption one receiver makes is caught under its reason, in its version only, while the
-clean receiver shows none."""
+clean receiver shows none; the fingerprints travel out of band, through the group's store.
+And a receiver without dpobs, beside a sender whose guard is on, sees exactly what it sees
+with no dpobs anywhere: the same items, name by name, bytes for bytes, in the same order."""
 from __future__ import annotations
 
 import multiprocessing as mp
@@ -24,6 +26,39 @@ def pushed():
     out, release, port = ctx.Queue(), ctx.Event(), ctx.Value("i", 0)
     return collected([ctx.Process(target=wg.run, args=(r, WORLD, port, out, release))
                       for r in range(WORLD)], out, release)
+
+
+def _seen(sender_dpobs: bool) -> dict:
+    """{rank: [(version, items)]} of two receivers without dpobs."""
+    ctx = mp.get_context("spawn")
+    out, port = ctx.Queue(), ctx.Value("i", 0)
+    procs = [ctx.Process(target=wg.seen, args=(r, WORLD, port, out, sender_dpobs))
+             for r in range(WORLD)]
+    for p in procs:
+        p.start()
+    try:
+        got: dict = {}
+        for _ in range(len(wg.VERSIONS) * (WORLD - 1) + 1):
+            rank, v, items = out.get(timeout=240)
+            got.setdefault(rank, []).append((v, items))
+    finally:
+        for p in procs:
+            p.join(60)
+            if p.is_alive():
+                p.kill()
+    assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
+    return got
+
+
+def test_a_receiver_without_dpobs_sees_exactly_what_it_sees_without_dpobs_anywhere():
+    guarded, plain = _seen(sender_dpobs=True), _seen(sender_dpobs=False)
+    assert guarded.pop(0) == [(None, True)]  # the sender ran dpobs, its posts all done
+    plain.pop(0)
+    for rank in range(1, WORLD):
+        assert [v for v, _ in guarded[rank]] == list(wg.VERSIONS)
+        for (v, got), (_, want) in zip(guarded[rank], plain[rank]):
+            assert [i[0] for i in got] == [i[0] for i in want] == list(wg.model(v)), v
+            assert got == want, v
 
 
 def _sent_truth():

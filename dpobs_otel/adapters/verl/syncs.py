@@ -98,6 +98,7 @@ class VerlWeights:
             if not self._measurable(engine, stream):
                 return None
             sync = Sync(self._tel.weights, self._version("send", bound), "send")
+            sync.streamed = True  # proven like tel.weights.sent's, even if it moves nothing
             call = SendCall(sync)
             bound.arguments[stream_arg] = streams.through(call, stream)
             call.args, call.kwargs = bound.args, bound.kwargs

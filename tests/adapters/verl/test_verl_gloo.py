@@ -51,6 +51,12 @@ def _env(**extra) -> dict:
     return env
 
 
+def _dpobs_env(launcher: str, rank: int, port: str) -> dict:
+    return dict(DPOBS_PORT=port, DPOBS_HOST="127.0.0.1", DPOBS_RANK=str(rank),
+                DPOBS_ROLE="trainer" if rank == 0 else "rollout", DPOBS_VERIFY_TENSOR_HASH="1",
+                **({"DPOBS_AUTO": "1"} if launcher == "DPOBS_AUTO" else {}))
+
+
 def _launcher_has_verl() -> bool:
     points = importlib.metadata.entry_points(group="opentelemetry_instrumentor")
     return any(p.value == "dpobs_otel.adapters.verl:VerlInstrumentor" for p in points)
@@ -66,17 +72,17 @@ def _samples(text: str) -> dict:
             for family in text_string_to_metric_families(text) for s in family.samples}
 
 
-def _push(launcher: str, tmp) -> dict:
-    """rank -> what helpers.verl_gloo printed, its metrics parsed."""
+def _push(launcher: str, tmp, measured=range(WORLD)) -> dict:
+    """rank -> what helpers.verl_gloo printed, its metrics parsed; the ranks not in
+    `measured` run with nothing of dpobs in their environment."""
     procs = {}
     for rank in range(WORLD):
         port = str(_free_port())
         env = _env(V_RANK=str(rank), V_WORLD=str(WORLD), V_INIT=f"file://{tmp}/pg",
-                   V_METRICS_PORT=port, DPOBS_PORT=port, DPOBS_HOST="127.0.0.1",
-                   DPOBS_ROLE="trainer" if rank == 0 else "rollout", DPOBS_RANK=str(rank),
-                   DPOBS_VERIFY_TENSOR_HASH="1",
-                   **({"DPOBS_AUTO": "1"} if launcher == "DPOBS_AUTO" else {}))
-        procs[rank] = subprocess.Popen(_argv(launcher), env=env, stdout=subprocess.PIPE,
+                   V_METRICS_PORT=port, **(_dpobs_env(launcher, rank, port)
+                                           if rank in measured else {}))
+        argv = _argv(launcher if rank in measured else "python")
+        procs[rank] = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
                                        stderr=subprocess.PIPE, text=True)
     out = {}
     try:
@@ -84,7 +90,8 @@ def _push(launcher: str, tmp) -> dict:
             stdout, stderr = p.communicate(timeout=300)
             assert p.returncode == 0, stderr[-4000:]
             out[rank] = json.loads(stdout.strip().splitlines()[-1])
-            out[rank]["samples"] = _samples(out[rank].pop("metrics"))
+            text = out[rank].pop("metrics")
+            out[rank]["samples"] = None if text is None else _samples(text)
     finally:
         for p in procs.values():
             if p.poll() is None:
@@ -157,6 +164,22 @@ def _print_figures(launcher: str, pushed: dict) -> None:
               f"MiB; verl marked_timer('update_weights') {sum(each):.3f} s "
               f"({', '.join(f'{t:.3f}' for t in each)}), dpobs {dpobs_s:.3f} s; "
               f"dpobs bandwidth {nbytes / dpobs_s / 2**20:.0f} MiB/s")
+
+
+def test_a_rollout_without_dpobs_receives_exactly_what_it_does_without_dpobs_anywhere(
+        tmp_path):
+    from helpers import verl_gloo as vg
+    (tmp_path / "guarded").mkdir()
+    (tmp_path / "plain").mkdir()
+    guarded = _push("DPOBS_AUTO", tmp_path / "guarded", measured=(0,))
+    plain = _push("python", tmp_path / "plain", measured=())
+    nbytes, tensors = _sent_truth()
+    assert value(guarded[0]["samples"], names.WEIGHTS_TENSORS_SERIES, side="send") == tensors
+    for rank in (1, 2):
+        assert guarded[rank]["samples"] is None and plain[rank]["samples"] is None
+        got, want = guarded[rank]["truth"], plain[rank]["truth"]
+        assert got["names"] == want["names"] and got["names"][0] == list(vg.SHAPES)
+        assert got == want and got["bytes"] == nbytes  # the same bytes, the same tensors
 
 
 @pytest.mark.parametrize("launcher", ["DPOBS_AUTO", "opentelemetry-instrument"])
