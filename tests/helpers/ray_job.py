@@ -8,6 +8,7 @@ scrapes every dpobs target registered in DPOBS_SD_DIR, if any, so the test can h
 numbers of every process against the truth.
 
     python -m helpers.ray_job OUT.json        # the environment says whether dpobs is on
+    RAYJOB_ADDRESS=127.0.0.1:PORT python -m helpers.ray_job OUT.json   # join that cluster
 
 Run by tests/adapters/ray/test_ray_job.py in a subprocess, as a user would run a driver.
 """
@@ -152,9 +153,11 @@ def scrape_all(sd_dir: str | None) -> list[dict]:
 def main() -> None:
     env = {k: v for k, v in os.environ.items() if k.startswith(("DPOBS_", "OTEL_"))}
     env["PYTHONPATH"] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    ray.init(address="local", num_cpus=4, _node_ip_address="127.0.0.1",
-             include_dashboard=False, log_to_driver=False, object_store_memory=100 * 1024**2,
-             runtime_env={"env_vars": env})
+    address = os.environ.get("RAYJOB_ADDRESS")  # a cluster `ray start --head` runs
+    own = {} if address else {"num_cpus": 4, "include_dashboard": False,
+                              "object_store_memory": 100 * 1024**2}
+    ray.init(address=address or "local", _node_ip_address="127.0.0.1", log_to_driver=False,
+             runtime_env={"env_vars": env}, **own)
     try:
         truth = job()
     finally:

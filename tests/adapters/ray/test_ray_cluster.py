@@ -1,0 +1,85 @@
+"""A cluster started by `ray start --head` from a clean environment (no DPOBS_* anywhere in
+it): the job's driver runs with DPOBS_AUTO=1 and hands the variables to its actors through
+runtime_env alone, the only way they reach the workers the raylet starts. Every worker is
+measured; Ray's own processes (the raylet, GCS, agents), which never see the variables, run
+no dpobs. The head runs in a session of its own, stopped by its process group."""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from dpobs_otel.testing.transferqueue import LOOPBACK_ENV
+from helpers.ray_runs import run_job
+
+RAY = Path(sys.executable).with_name("ray")
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _up(port: int, head: subprocess.Popen, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert head.poll() is None, head.communicate()[0][-3000:]
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise TimeoutError(f"ray start --head: no GCS on port {port} within {timeout} s")
+
+
+@pytest.fixture
+def head():
+    temp = tempfile.mkdtemp(prefix="rs", dir="/tmp")  # short: Ray's socket paths are bounded
+    # Token authentication off, as for the suite's other local clusters: a driver would
+    # otherwise need the head's token file.
+    clean = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root"),
+             "RAY_AUTH_MODE": "disabled", **LOOPBACK_ENV}
+    for attempt in range(3):  # the port is free when picked, maybe not when Ray binds it
+        port = _port()
+        proc = subprocess.Popen(
+            [str(RAY), "start", "--head", "--block", "--node-ip-address=127.0.0.1",
+             f"--port={port}", "--num-cpus=4", "--include-dashboard=false",
+             "--disable-usage-stats", f"--temp-dir={temp}"],
+            env=clean, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            start_new_session=True)
+        try:
+            _up(port, proc)
+            break
+        except AssertionError:
+            if attempt == 2:
+                raise
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def test_workers_of_a_ray_start_cluster_are_measured_through_runtime_env(head, tmp_path):
+    job = run_job(tmp_path, RAYJOB_ADDRESS=head, DPOBS_AUTO="1",
+                  DPOBS_SD_DIR=str(tmp_path / "sd"))
+    roles = sorted(m["labels"]["role"] for m in job["metrics"])
+    assert roles == ["Critic", "Rollout", "Rollout", "Scorer", "driver"]
+    scorer = next(m["samples"] for m in job["metrics"] if m["labels"]["role"] == "Scorer")
+    returned = sum(v for n, labels, v in scorer
+                   if n == "dpobs_client_transferred_bytes_total"
+                   and labels.get("op") == "ray_return" and labels["method"] == "Scorer.score")
+    assert returned == job["result_sizes"]["Scorer.score"]
