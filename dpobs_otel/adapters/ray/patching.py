@@ -28,29 +28,32 @@ def _replace(owner, attr, make) -> callable:
     return undo
 
 
+def sites(patches: Patches, lacking) -> list:
+    """(owner, attribute, maker of the measured one) of every attribute dpobs replaces: the
+    public ops, then, where Ray has every private name, the serializer hooks and calls."""
+    import ray
+    public = [(ray, "put", patches.put), (ray, "get", patches.get), (ray, "wait", patches.wait)]
+    if lacking:
+        return public
+    return public + [(*ray_private.owner(name), make) for name, make in (
+        (ray_private.SERIALIZE, patches.serialize),
+        (ray_private.DESERIALIZE, patches.deserialize),
+        (ray_private.ACTOR_CALL, patches.actor_call),
+        (ray_private.TASK_CALL, patches.task_call),
+        (ray_private.ACTOR_CREATE, patches.unmeasured_call),
+        (ray_private.METHOD_EXECUTOR, patches.executor))]
+
+
 def install(per_process, lacking) -> list:
     """Patch Ray (its public ops alone where `lacking` names private names it lacks);
     returns the undo of each patch."""
-    import ray
-
     def failed(exc):
         tel = per_process.telemetry()
         if tel is not None:
             tel.internal_error(names.COMPONENT_RAY, exc)
 
-    patches = Patches(per_process.adapter, failed)
-    undo = [_replace(ray, "put", patches.put),
-            _replace(ray, "get", patches.get),
-            _replace(ray, "wait", patches.wait)]
     if lacking:
         log.warning("dpobs: this Ray lacks %s: Ray ops are counted and timed, their bytes "
                     "and the workers' side left out", ", ".join(lacking))
-        return undo
-    for name, make in ((ray_private.SERIALIZE, patches.serialize),
-                       (ray_private.DESERIALIZE, patches.deserialize),
-                       (ray_private.ACTOR_CALL, patches.actor_call),
-                       (ray_private.TASK_CALL, patches.task_call),
-                       (ray_private.ACTOR_CREATE, patches.unmeasured_call),
-                       (ray_private.METHOD_EXECUTOR, patches.executor)):
-        undo.append(_replace(*ray_private.owner(name), make))
-    return undo
+    return [_replace(owner, attr, make)
+            for owner, attr, make in sites(Patches(per_process.adapter, failed), lacking)]

@@ -1,0 +1,151 @@
+"""What measuring Ray's object store costs (issue 42), arms interleaved in one run.
+
+Shapes, each a driver-side round trip timed on the driver's wall clock and CPU clock:
+  put_get_1k, put_get_1m, put_get_64m   ray.get(ray.put(x)) of a numpy array of that size
+  call_1m                               ray.get(sink.echo_len.remote(x)), x 1 MiB by value
+Arms:
+  off  Ray as it is: the driver's functions Ray's own, the call to an actor started without
+       dpobs;
+  on   the driver's functions dpobs's (RayInstrumentor into a started Telemetry), the call to
+       an actor started with DPOBS_AUTO=1 (its ray_args and ray_return measured too).
+Every round runs each shape `reps` times per arm, the arms' order alternating, so drift hits
+both alike. Printed per shape: the median per-op wall time of each arm, the difference in
+microseconds with the spread of the per-round differences (their 10th-90th percentiles),
+the difference as a fraction of the off arm, and the driver's CPU time per op each arm.
+Required (issue 42): at most 2% at 1 MiB and at most 15 us per op at 1 KiB; goal 0.5% and 8 us.
+
+    .venv/bin/python benchmarks/ray.py [--rounds 15] [--json OUT]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+# This file is named for what it measures, and Python puts its folder first on sys.path: keep
+# the folder out while Ray is imported, or `import ray` would import this file.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
+import numpy as np  # noqa: E402
+import ray  # noqa: E402
+
+sys.path.append(_HERE)
+
+import dpobs_otel as dpobs  # noqa: E402
+from dpobs_otel.adapters.ray import RayInstrumentor  # noqa: E402
+from dpobs_otel.adapters.ray.ops import Patches  # noqa: E402
+from dpobs_otel.adapters.ray.patching import sites  # noqa: E402
+from dpobs_otel.shims.ray_private import missing  # noqa: E402
+from progress import Progress  # noqa: E402  (benchmarks/progress.py: this script's folder)
+
+SIZES = {"1k": 1 << 10, "1m": 1 << 20, "64m": 64 << 20}
+REPS = {"put_get_1k": 300, "put_get_1m": 60, "put_get_64m": 3, "call_1m": 40}
+
+
+@ray.remote
+class Sink:
+    def echo_len(self, x):
+        return len(x)
+
+
+class Arms:
+    """Switches the driver between Ray's functions and dpobs's, attribute by attribute."""
+
+    def __init__(self, tel):
+        where = [(owner, attr) for owner, attr, _ in sites(Patches(None, None), missing())]
+        self.plain = [(o, a, o.__dict__[a]) for o, a in where]
+        RayInstrumentor().instrument(telemetry=tel)
+        self.measured = [(o, a, o.__dict__[a]) for o, a in where]
+
+    def use(self, arm: str) -> None:
+        for owner, attr, fn in self.plain if arm == "off" else self.measured:
+            setattr(owner, attr, fn)
+
+
+def _op(shape: str, sinks: dict, arm: str, data: dict):
+    if shape.startswith("put_get"):
+        x = data[shape.rsplit("_", 1)[1]]
+        return lambda: ray.get(ray.put(x))
+    sink, x = sinks[arm], data["1m"]
+    return lambda: ray.get(sink.echo_len.remote(x))
+
+
+def _timed(fn, reps: int) -> tuple[float, float]:
+    """(wall, CPU) seconds per op over `reps` calls."""
+    w0, c0 = time.perf_counter(), time.process_time()
+    for _ in range(reps):
+        fn()
+    return (time.perf_counter() - w0) / reps, (time.process_time() - c0) / reps
+
+
+def measure(arms: Arms, sinks: dict, rounds: int) -> dict:
+    data = {k: np.random.default_rng(0).integers(0, 255, n, dtype=np.uint8)
+            for k, n in SIZES.items()}
+    times = {s: {"off": [], "on": []} for s in REPS}
+    progress = Progress(rounds)
+    for r in range(rounds):
+        for shape, reps in REPS.items():
+            for arm in ("off", "on") if r % 2 == 0 else ("on", "off"):
+                arms.use(arm)
+                op = _op(shape, sinks, arm, data)
+                op()  # warm: the first call of an arm after a switch
+                times[shape][arm].append(_timed(op, reps))
+        arms.use("off")
+        progress(r + 1)
+    progress.finish()
+    return times
+
+
+def report(times: dict) -> dict:
+    out = {}
+    print(f"{'shape':<13}{'off us':>10}{'on us':>10}{'diff us':>10}{'p10..p90':>18}"
+          f"{'diff %':>9}{'cpu off':>10}{'cpu on':>9}")
+    for shape, arms in times.items():
+        off = [w for w, _ in arms["off"]]
+        on = [w for w, _ in arms["on"]]
+        diffs = sorted(b - a for a, b in zip(off, on))
+        q = statistics.quantiles(diffs, n=10) if len(diffs) > 1 else diffs * 9
+        row = {"off_us": statistics.median(off) * 1e6, "on_us": statistics.median(on) * 1e6,
+               "diff_us": statistics.median(diffs) * 1e6, "p10_us": q[0] * 1e6,
+               "p90_us": q[-1] * 1e6,
+               "cpu_off_us": statistics.median(c for _, c in arms["off"]) * 1e6,
+               "cpu_on_us": statistics.median(c for _, c in arms["on"]) * 1e6}
+        row["diff_frac"] = row["diff_us"] / row["off_us"]
+        out[shape] = row
+        print(f"{shape:<13}{row['off_us']:>10.1f}{row['on_us']:>10.1f}{row['diff_us']:>10.1f}"
+              f"{row['p10_us']:>9.1f}..{row['p90_us']:<7.1f}{row['diff_frac']:>9.2%}"
+              f"{row['cpu_off_us']:>10.1f}{row['cpu_on_us']:>9.1f}")
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--json", help="write the figures here")
+    args = parser.parse_args(argv)
+    os.environ.update({"RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"})
+    ray.init(address="local", num_cpus=2, _node_ip_address="127.0.0.1", include_dashboard=False,
+             log_to_driver=False, object_store_memory=512 * 1024**2)
+    tel = dpobs.start(role="bench-driver", job="bench-ray", port=0)
+    try:
+        sinks = {"off": Sink.remote(),
+                 "on": Sink.options(runtime_env={"env_vars": {
+                     "DPOBS_AUTO": "1", "DPOBS_JOB": "bench-ray"}}).remote()}
+        ray.get([s.echo_len.remote(b"") for s in sinks.values()])
+        arms = Arms(tel)
+        figures = report(measure(arms, sinks, args.rounds))
+    finally:
+        RayInstrumentor().uninstrument()
+        tel.shutdown()
+        ray.shutdown()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(figures, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
