@@ -2,9 +2,10 @@
 
 A call's method is `Class.method` (a task: its qualified name). A dispatcher that carries the
 method it runs by name (Ray's `__ray_call__(fn, ...)`, verl's fused workers'
-`_fuw_execute(name, ...)`) is named for the method it carries. Ray's own internal methods
-(`__ray_ready__`, `__ray_terminate__`, ...) are not measured. Past MAX_NAMES distinct names
-every new one is `other`, so the label stays bounded whatever a job calls.
+`_fuw_execute("{role}_fwmn_{method}", ...)`, named "role.method") is named for the method it
+carries. Ray's own internal methods (`__ray_ready__`, `__ray_terminate__`, ...) are not
+measured. Past MAX_NAMES distinct names every new one is `other`, so the label stays bounded
+whatever a job calls.
 
 Refs: each call's returned refs are remembered (by their binary id, never the ref itself,
 which would keep the object alive) up to MAX_REFS, the oldest forgotten first, so a ray.get
@@ -20,6 +21,10 @@ OTHER = "other"
 MIXED = "mixed"
 # Dispatchers whose first argument is the method they carry.
 CARRIERS = frozenset({"__ray_call__", "_fuw_execute"})
+# verl's fused workers carry "{role}_fwmn_{method}": the method of the sub-worker the fused
+# actor holds as its attribute `role`, so it is named "role.method" (the call the program
+# made, `wg.actor.update_actor(...)`, and apart from the other roles' methods of that name).
+FUSED_SEPARATOR = "_fwmn_"
 
 
 def internal(name: str) -> bool:
@@ -32,7 +37,8 @@ def carried(name: str, args) -> str:
     if name in CARRIERS and args:
         first = args[0]
         if isinstance(first, str):
-            return first
+            role, fused, method = first.partition(FUSED_SEPARATOR)
+            return f"{role}.{method}" if fused else first
         return getattr(first, "__name__", name)
     return name
 
