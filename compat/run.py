@@ -43,6 +43,8 @@ CORE = ["tests/shims/test_otel_histogram.py", "tests/test_client.py", "tests/tes
         "tests/test_telemetry.py", "tests/shims/test_asyncio_tasks.py", "tests/test_imports.py",
         "tests/test_network.py", "tests/guard", "tests/stores"]
 ADAPTER = ["tests/adapters/transferqueue"]
+# Where the cell has Ray (verl's, NeMo-RL's pin): Ray's object store, its private names first.
+RAY = ["tests/shims/test_ray_private.py", "tests/adapters/ray"]
 # A swapped release under CI: its own e2e tests through the adapter (every call counted, guard
 # off and on) and every kv_* entry point measured, refusals included.
 SWAP_OWN_E2E = ["tests/adapters/transferqueue/test_tq_own_e2e.py",
@@ -153,9 +155,12 @@ def checks(python: str, env: dict) -> list[tuple[str, list[str]]]:
     # sys.path, and the tests must import dpobs_otel from the installed wheel.
     pytest = [str(Path(python).parent / "pytest"), "-q", "-p", "no:cacheprovider",
               "-o", "addopts="]
-    return [("core+guard", [*pytest, *CORE]),
-            ("transferqueue", [*pytest, *ADAPTER]),
-            ("demo", [python, str(REPO / "compat" / "demo_check.py")])]
+    out = [("core+guard", [*pytest, *CORE]),
+           ("transferqueue", [*pytest, *ADAPTER]),
+           ("demo", [python, str(REPO / "compat" / "demo_check.py")])]
+    if "ray" in installed(python):
+        out.append(("ray", [*pytest, *RAY]))
+    return out
 
 
 def run_checks(name: str, python: str, ns: list[str], env: dict, only=None) -> list[dict]:

@@ -214,7 +214,8 @@ class Patches:
     def _returned(self, serialized, dt):
         meter = self.meter()
         if meter is not None:
-            method = meter.methods.label("", ray_names.current_task())
+            method = getattr(_local, "method", None) or meter.methods.label(
+                "", ray_names.current_task())
             meter.record(names.RAY_RETURN, method, dt, 1, ray_names.object_size(serialized), dt)
 
     def _unframed_read(self, serialized, refs, values, dt):
@@ -234,8 +235,10 @@ class Patches:
 
 
     def executor(self, fn):
-        """Ray's maker of actor-method executors: each executor made records the arguments
-        deserialized for it on this thread (ray_args), now that the method is known."""
+        """Ray's maker of actor-method executors: each executor made names the method it runs
+        (a dispatcher: the one it carries) for this thread's ray_args, recorded now, and its
+        ray_return, serialized next on this thread (an async actor's returns are serialized
+        on another thread, which names them by the running task instead)."""
         @functools.wraps(fn)
         def _make_actor_method_executor(manager, method_name, *args, **kwargs):
             run = fn(manager, method_name, *args, **kwargs)
@@ -243,21 +246,24 @@ class Patches:
                 return run
 
             def actor_method_executor(__ray_actor, *call_args, **call_kwargs):
-                pending = getattr(_local, "args", None)
-                if pending is not None:
-                    _local.args = None
-                    self._safely(self._args_done, type(__ray_actor).__name__,
-                                 carried(method_name, call_args), pending)
+                _local.method = None
+                meter = self.meter()
+                if meter is not None:
+                    _local.method = self._safely(
+                        meter.methods.label, type(__ray_actor).__name__,
+                        carried(method_name, call_args))
+                    pending, _local.args = getattr(_local, "args", None), None
+                    if pending is not None:
+                        self._safely(self._args_done, meter, _local.method, pending)
                 return run(__ray_actor, *call_args, **call_kwargs)
             actor_method_executor.__dict__.update(run.__dict__)  # name, method: Ray reads them
             return actor_method_executor
         return _make_actor_method_executor
 
-    def _args_done(self, cls, name, pending):
-        meter = self.meter()
-        if meter is not None:
-            keys, nbytes, dt = pending
-            meter.record(names.RAY_ARGS, meter.methods.label(cls, name), dt, keys, nbytes, dt)
+    @staticmethod
+    def _args_done(meter, method, pending):
+        keys, nbytes, dt = pending
+        meter.record(names.RAY_ARGS, method, dt, keys, nbytes, dt)
 
 
 def _caller(frame) -> str:

@@ -103,8 +103,9 @@ def test_workers_measure_their_side_of_each_method(verl):
         _value(w, BYTES, op="ray_args", method=method, direction="read") for w in rollouts)
     for method in verl["served"]:
         if method.startswith(verl["fused_class"]):
-            for worker in fused:
+            for worker in fused:  # args and returns named for the carried method
                 assert _value(worker, OP + "_count", op="ray_args", method=method) == rounds
+                assert _value(worker, OP + "_count", op="ray_return", method=method) == rounds
     # every byte the fused workers returned is read back by the driver's gets
     fused_gets = _total(driver, "ray_get", verl["fused_class"] + ".")
     assert fused_gets > 0 and fused_gets == sum(_total(w, "ray_return") for w in fused)
@@ -116,10 +117,7 @@ def test_no_dispatcher_or_ray_internal_names_and_no_dpobs_failure(verl):
             method, op = labels.get("method", ""), labels.get("op")
             assert not method.startswith("__ray"), labels
             assert "_fwmn_" not in method, labels
-            # (a fused worker's ray_return is named from Ray's task name, `_fuw_execute`:
-            # the carried name is known to the executor in ops.py, not where returns are
-            # recorded; so returns are held here by bytes, not by method)
-            if op in ("ray_call", "ray_get", "ray_args"):
+            if op in ("ray_call", "ray_get", "ray_args", "ray_return"):
                 assert not method.endswith("._fuw_execute"), labels
             assert name != names.INSTR_ERRORS_SERIES, (m["labels"], labels)
 
