@@ -32,6 +32,10 @@ class Config:
     frac_of_step_warning: float = 0.25
     frac_of_step_critical: float = 0.5
     frac_of_step_for: str = "15m"
+    # The ops that are data-plane time (frac_of_step, the per-op share, the straggler's mean
+    # latencies): not Ray's ops, whose ray_get blocks for the remote method's whole run
+    # (DESIGN.md, "Ray's object store as a data plane").
+    data_plane_ops: str = 'op!~"ray_.*"'
     # DpobsDataPlaneStraggler: a process's mean latency of an op at least `factor` x the
     # median of its role's, in a role of at least `min_processes` processes, for this long.
     straggler_factor: float = 2.0

@@ -48,7 +48,7 @@ def counted(c: Config, metric: str, *labels: str, window: str = "5m") -> str:
 
 def _time_rules(c: Config) -> list[Rule]:
     rec = [Rule({"record": n.JOB_ROLE_OP_SECONDS,
-                 "expr": _rate(c, f"{OP}_sum", "job", "role", "op")},
+                 "expr": _rate(c, f"{OP}_sum", "job", "role", "op", where=(c.data_plane_ops,))},
                 "Data-plane seconds spent per second of wall time (includes failed calls).")]
     # Each coarser sum is taken over the finer record, not over the raw series again: a
     # scrape committed between two rules of one evaluation moved a second rate() of the same
@@ -60,14 +60,14 @@ def _time_rules(c: Config) -> list[Rule]:
     return rec
 
 
-def per_process(c: Config, numerator: str) -> str:
+def per_process(c: Config, numerator: str, where: tuple[str, ...] = ()) -> str:
     """A counter's rate over step time, one series per process (the process identity)."""
-    return (f"{_rate(c, numerator, *PROCESS)}\n"
+    return (f"{_rate(c, numerator, *PROCESS, where=where)}\n"
             f"  / ({_rate(c, f'{STEP}_sum', *PROCESS)} > 0)\n")
 
 
 def _frac_rules(c: Config) -> list[Rule]:
-    data_plane = per_process(c, f"{OP}_sum").rstrip("\n")
+    data_plane = per_process(c, f"{OP}_sum", (c.data_plane_ops,)).rstrip("\n")
     return [
         Rule({"record": n.JOB_FRAC_OF_STEP,
               "expr": f"{n.JOB_SECONDS}\n  / ({n.JOB_STEP_SECONDS} > 0)\n"},
@@ -109,7 +109,7 @@ def _latency_rules(c: Config) -> list[Rule]:
                  "expr": f"{n.JOB_OP_SECONDS}\n  / ({n.JOB_OP_RATE} > 0)\n"})]
     out.append(Rule(
         {"record": n.INSTANCE_OP_MEAN,
-         "expr": f"{_rate(c, f'{OP}_sum', *PROCESS, 'op')}\n"
+         "expr": f"{_rate(c, f'{OP}_sum', *PROCESS, 'op', where=(c.data_plane_ops,))}\n"
                  f"  / ({_rate(c, f'{OP}_count', *PROCESS, 'op')} > 0)\n"},
         f"Mean latency per process and op: {n.ALERT_STRAGGLER} compares each process with its role."))
     if c.classic_quantiles:
