@@ -19,6 +19,7 @@ from ...stats import OpStats
 from .methods import Methods
 
 MB = 1e6
+PRUNE_EVERY = 4096  # puts held before the owned map is checked against Ray's references
 # The direction of serialization work an op does, if any.
 SERIALIZES = {names.RAY_PUT: "serialize", names.RAY_CALL: "serialize",
               names.RAY_RETURN: "serialize", names.RAY_GET: "deserialize",
@@ -37,6 +38,7 @@ class RayMeter:
         self._errors: dict[tuple, int] = {}  # (op, method or None, error type) -> calls
         self._serialization: dict[str, float] = {}  # op -> seconds in Ray's serializer
         self._owned: dict[str, int] = {}  # object id (hex) -> size, of refs this process put
+        self._prune_at = PRUNE_EVERY
         self._records: dict[tuple, BoundRecord] = {}
         self._prev: dict[str, float] = {}
         self._serialization_hist = instruments.create(tel.meter, names.RAY_SERIALIZATION)
@@ -88,6 +90,20 @@ class RayMeter:
     def owned(self, object_id: str, size: int) -> None:
         with self._lock:
             self._owned[object_id] = size
+            grown = len(self._owned) >= self._prune_at
+        if grown:  # a process nothing scrapes must not keep every put it ever made
+            self._prune()
+
+    def _prune(self) -> None:
+        """Forget the objects this process no longer references (its core worker's table),
+        and prune again once as many more are held."""
+        from ...shims.ray_private import referenced
+        live = referenced()
+        with self._lock:
+            if live is not None:
+                for object_id in [i for i in self._owned if i not in live]:
+                    del self._owned[object_id]
+            self._prune_at = max(PRUNE_EVERY, 2 * len(self._owned))
 
     # -- collection -------------------------------------------------------------------------
     def observe(self, instrument: str) -> list:
@@ -113,12 +129,8 @@ class RayMeter:
 
     def _observe_owned(self) -> list:
         from opentelemetry.metrics import Observation
-        from ...shims.ray_private import referenced
-        live = referenced()
+        self._prune()
         with self._lock:
-            if live is not None:  # drop what this process no longer references
-                for object_id in [i for i in self._owned if i not in live]:
-                    del self._owned[object_id]
             return [Observation(sum(self._owned.values()))]
 
     def window(self) -> dict[str, float]:

@@ -131,3 +131,16 @@ def test_the_readers_keep_ray_ops_apart(tel):
     assert set(totals.ray_ops) == {"ray_put", "ray_call", "ray_get"}
     assert totals.ray_ops["ray_get"].calls == 2 and totals.ray_ops["ray_get"].keys == 4
     assert totals.ray_ops["ray_get"].read_bytes == 7000
+
+
+def test_owned_bytes_forget_what_the_process_no_longer_references(tel, monkeypatch):
+    from dpobs_otel.adapters.ray import meter as ray_meter
+    from dpobs_otel.shims import ray_private
+    live = {f"{i:04x}" for i in range(10)}  # what Ray's reference table still holds
+    monkeypatch.setattr(ray_private, "referenced", lambda: live)
+    monkeypatch.setattr(ray_meter, "PRUNE_EVERY", 16)
+    m = RayMeter(tel)
+    for i in range(40):  # never scraped: the map is pruned as it grows
+        m.owned(f"{i:04x}", 100)
+        assert len(m._owned) < 32
+    assert value(scrape_tel(tel), names.RAY_OWNED_SERIES) == 10 * 100
