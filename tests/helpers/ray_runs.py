@@ -25,3 +25,13 @@ def run_job(tmp_path: Path, module: str = "helpers.ray_job", timeout: float = 24
                        capture_output=True, text=True, timeout=timeout)
     assert r.returncode == 0, r.stderr[-4000:]
     return json.loads(out.read_text())
+
+
+def sample(samples, name, default=None, **labels):
+    """The one sample of `name` whose labels, empty ones dropped (the exporter writes a label
+    some series of a family lack as ""), are exactly `labels`; `default` when none is."""
+    want = {k: str(v) for k, v in labels.items()}
+    hits = [v for n, have, v in samples if n == name
+            and {k: x for k, x in have.items() if x != ""} == want]
+    assert len(hits) <= 1, (name, labels, hits)
+    return hits[0] if hits else default

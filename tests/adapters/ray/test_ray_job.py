@@ -8,7 +8,7 @@ import pytest
 
 from dpobs_otel import names
 
-from helpers.ray_runs import run_job
+from helpers.ray_runs import run_job, sample
 
 OP = names.OP_DURATION_SERIES
 
@@ -20,12 +20,7 @@ def _process(job: dict, role: str) -> list:
     return found[0]
 
 
-def _value(samples, name, **labels) -> float | None:
-    want = {k: str(v) for k, v in labels.items()}
-    hits = [v for n, l, v in samples if n == name
-            and {k: x for k, x in l.items() if x != ""} == want]
-    assert len(hits) <= 1, (name, labels, hits)
-    return hits[0] if hits else None
+_value = sample  # None for a series the process does not serve
 
 
 def test_every_process_serves_through_file_sd_with_its_actor_class_as_role(measured):
