@@ -114,8 +114,12 @@ def task_name(remote_function) -> str:
 
 
 def current_task() -> str:
-    """The running task's name on a worker ("Class.method" for an actor task), or ''."""
+    """The running task's name on a worker ("Class.method" for an actor task), or ''.
+    Asked only on a worker: ray.get_runtime_context() starts a local Ray in a process that
+    has none."""
     try:
+        if not in_worker():
+            return ""
         import ray
         return ray.get_runtime_context().get_task_name() or ""
     except Exception:
@@ -126,7 +130,10 @@ def referenced() -> set[str] | None:
     """The ids (hex) of the objects this process still holds a reference to, from its core
     worker's reference table; None where it cannot be read (nothing is then dropped)."""
     try:
-        counts = lookup(GLOBAL_WORKER).core_worker.get_all_reference_counts()
+        worker = lookup(GLOBAL_WORKER)
+        if not worker.connected:  # no Ray in this process (yet): nothing can be told
+            return None
+        counts = worker.core_worker.get_all_reference_counts()
     except Exception:
         return None
     return {k.decode() if isinstance(k, bytes) else str(k) for k in counts}
