@@ -20,6 +20,35 @@ def pushed(make_engine) -> dict:
                      out, release)
 
 
+def seen(make_engine, sender_dpobs: bool) -> list:
+    """[(version, {name: bytes}, bytes beside)] of a rollout without dpobs."""
+    ctx = mp.get_context("spawn")
+    boxes, out = (ctx.Queue(), ctx.Queue()), ctx.Queue()
+    procs = [ctx.Process(target=wt.seen, args=(make_engine, r, boxes[r], boxes[1 - r], out,
+                                               sender_dpobs)) for r in (0, 1)]
+    for p in procs:
+        p.start()
+    try:
+        got = [out.get(timeout=240) for _ in range(len(wt.MODES) + 2)]
+    finally:  # as collected(): what came back is the result (NIXL may crash at exit)
+        for p in procs:
+            p.join(60)
+            if p.is_alive():
+                p.kill()
+    assert sorted(g[1] for g in got if g[0] is None) == [0, 1]  # both sides ran to the end
+    return sorted((g for g in got if g[0] is not None), key=lambda g: g[0])
+
+
+def check_unchanged(make_engine) -> None:
+    """A rollout without dpobs holds exactly what it holds with no dpobs anywhere, beside a
+    trainer whose guard is on: every version's names and bytes, and nothing more announced."""
+    guarded, plain = seen(make_engine, True), seen(make_engine, False)
+    assert [v for v, _, _ in guarded] == list(wt.MODES)
+    for (v, got, size), (_, want, plain_size) in zip(guarded, plain):
+        assert list(got) == list(want) == list(wt.layout(v)), v
+        assert got == want and size == plain_size == 0, v
+
+
 def collected(procs, out, release) -> dict:
     """Start procs; each puts (rank, its endpoint's URL, *what it measured) on `out`, then
     waits for `release`: {rank: (its scraped samples, *what it measured)}."""

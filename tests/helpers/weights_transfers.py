@@ -12,6 +12,10 @@ queue says when a version is in place. Per version the engine's calls run inside
 The two processes share no store (no process group, no Ray): the proof travels in band
 (weights_in_band), as a transfer of its own, the setting's very case.
 
+`seen()`: the proof mode only, the trainer's guard on with the default carriage (nothing
+transferred but the weights) or no dpobs at all, the rollout with no dpobs: what its program
+holds after each version, name by name, bytes for bytes, and how many bytes came beside.
+
 Each process reports per version what its sync counted beside its own truth (numel x element
 size of its views, their count), and the rollout whether every tensor it holds equals the
 trainer's model bit for bit (weights.model, rebuilt here)."""
@@ -75,10 +79,12 @@ def _send(tel, engine, pool, peer, v, mode, to_peer, from_peer) -> dict:
             to_peer.put((v, 0))
             from_peer.get(timeout=120)
     if mode != "read":
-        size = _manifest(engine, pool, peer, s.manifest()) if mode == "proof" else 0
+        item = s.manifest() if mode == "proof" else None
+        size = 0 if item is None else _manifest(engine, pool, peer, item)
         to_peer.put((v, size))
         from_peer.get(timeout=120)
-    return {"counted": (s.bytes, s.tensors), **_truth(list(held.values()))}
+    counted = (s.bytes, s.tensors) if tel.enabled else None  # dpobs off: nothing counted
+    return {"counted": counted, **_truth(list(held.values()))}
 
 
 def _manifest(engine, pool, peer, item) -> int:
@@ -121,6 +127,35 @@ def run(make_engine, rank: int, inbox, outbox, out, release) -> None:
                    for v, mode in MODES.items()}
         out.put((rank, tel.url, results, dict(tel.weights.meter.stats.mismatched)))
         release.wait(120)  # the parent scrapes both before either stops
+    finally:
+        tel.shutdown()
+        engine.close()
+
+
+def seen(make_engine, rank: int, inbox, outbox, out, sender_dpobs: bool) -> None:
+    """Rank 0 writes every version as the proof mode does (guarded when sender_dpobs, else
+    with dpobs off); rank 1, which never starts dpobs, puts (version, {name: bytes}, bytes
+    announced beside them) on `out` for each."""
+    from dpobs_otel.facade import DisabledTelemetry
+    engine = make_engine(POOL)
+    tel = DisabledTelemetry()
+    if rank == 0 and sender_dpobs:
+        import dpobs_otel as dpobs
+        tel = dpobs.start(role="trainer", rank=0, port=0, host="127.0.0.1",
+                          verify_tensor_hash=True)
+    outbox.put(engine.info())
+    engine.connect(inbox.get(timeout=120))
+    try:
+        for v in MODES:
+            if rank == 0:
+                _send(tel, engine, engine.pool, engine.peer, v, "proof", outbox, inbox)
+                continue
+            _, size = inbox.get(timeout=120)
+            held = {n: t.view(torch.uint8).numpy().tobytes()
+                    for n, t in views(engine.pool, v).items()}
+            outbox.put(v)
+            out.put((v, held, size))
+        out.put((None, rank, True))
     finally:
         tel.shutdown()
         engine.close()

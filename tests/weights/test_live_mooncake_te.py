@@ -30,6 +30,10 @@ def test_the_rollout_holds_the_trainers_weights_and_checks_every_tensor(pushed):
     live.check_proof(pushed)
 
 
+def test_a_rollout_without_dpobs_holds_what_it_holds_without_dpobs_anywhere():
+    live.check_unchanged(MooncakeTE)
+
+
 # -- the wrapper's contract, on a stand-in engine class (no transfer) --------------------------
 class _Engine:
     """TransferEngine's calls as the wheel names them: rc 0 is success."""

@@ -28,3 +28,7 @@ def test_every_sync_counts_exactly_the_bytes_and_tensors_its_process_moved(pushe
 
 def test_the_rollout_holds_the_trainers_weights_and_checks_every_tensor(pushed):
     live.check_proof(pushed)
+
+
+def test_a_rollout_without_dpobs_holds_what_it_holds_without_dpobs_anywhere():
+    live.check_unchanged(Nixl)
