@@ -18,10 +18,17 @@ log = logging.getLogger("dpobs_otel")
 _CURRENT = threading.local()  # the sync block open on this thread (torch.distributed's hook)
 
 
-def fingerprint(name: str, tensor) -> int:
+def fingerprint(name: str, tensor):
+    """The tensor's digest: an int, or for an accelerator's tensor one left on its device
+    (no host sync per tensor), which settled() brings back with the sync's others."""
     # Imported here: the guard's code (and its C kernel) loads only in a process that proves.
-    from .fingerprint import fingerprint as of_tensor
-    return of_tensor(name, tensor)
+    from .fingerprint import pending
+    return pending(name, tensor)
+
+
+def settled(digests: dict) -> dict[str, int]:
+    from .fingerprint import settle
+    return settle(digests)
 
 
 def current() -> "Sync | None":
@@ -101,6 +108,8 @@ class Sync:
         t0, self._t0 = self._t0, None
         t1 = perf_counter()
         try:
+            if self.prove:
+                self.digests = settled(self.digests)  # one transfer per device for the sync
             if self.side == "receive" and self.prove and self.expected is not None:
                 self.check = manifest.compare(self.expected, self.digests)  # in band: now
                 manifest.report(self.version, self.check)
@@ -168,6 +177,7 @@ class Sync:
         if self.side != "send" or not self.prove or not self.in_band:
             return None
         try:
+            self.digests = settled(self.digests)
             return manifest.MANIFEST_NAME, manifest.encode(self.version, dict(self.digests))
         except Exception as exc:
             self.owner.internal_error(exc)
