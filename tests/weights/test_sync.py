@@ -1,6 +1,7 @@
 """tel.weights in one process: exact bytes and tensors per side, the manifest in and out,
-every kind of corruption caught (and none on clean syncs), the step's accounting, the block
-form, errors of the user's stream and of dpobs itself, and the off switch."""
+every kind of corruption caught in band and through the store (and none on clean syncs),
+the step's accounting, the block form, errors of the user's stream and of dpobs itself,
+and the off switch."""
 from __future__ import annotations
 
 import asyncio
@@ -62,14 +63,18 @@ def _extra(items):
     return [*items[:-1], ("rogue.bias", torch.zeros(3)), items[-1]]
 
 
+@pytest.mark.parametrize("in_band", [True, False], ids=["in band", "through the store"])
 @pytest.mark.parametrize("tamper, reason, n", [
     (_flip, "value", 1), (_swap_rows, "value", 1), (_upcast, "value", 1),
     (_drop, "missing", 1), (_extra, "unexpected", 1)],
     ids=["flipped element", "swapped rows", "dtype change", "missing", "extra"])
-def test_each_corruption_is_caught_by_its_reason(proving, tamper, reason, n):
-    s, r = proving("trainer"), proving("rollout")
+def test_each_corruption_is_caught_by_its_reason(proving, request, tamper, reason, n, in_band):
+    if not in_band:
+        request.getfixturevalue("store")  # the default carriage: a one-rank group's store
+    s, r = proving("trainer", in_band=in_band), proving("rollout", in_band=in_band)
     w = model()
     _push(s, r, w, tamper=tamper)
+    assert s.weights.settle(30) and r.weights.settle(30)
     mism = r.weights.meter.stats.mismatched
     assert mism == {**{k: 0 for k in names.WEIGHT_MISMATCH_REASONS}, reason: n}
     assert r.weights.meter.stats.checked == len(w) + (reason == "unexpected")

@@ -1,7 +1,7 @@
 """The proof out of band (the default) in one process: the sender's stream is exactly the
 program's items, the fingerprints go through the job's store (a one-rank group's c10d store
-here; Ray's internal KV in tests/weights/test_live_ray_board.py) and every corruption is still
-caught; the receiver's sync is recorded before its check, which never blocks it; the store's
+here; Ray's internal KV in tests/weights/test_live_ray_board.py; every corruption caught
+through it: test_sync.py); the receiver's sync is recorded before its check, which never blocks it; the store's
 absence, failure or slowness counts the tensors unchecked with a reason, never as a mismatch
 or an error of the program; and a sender keeps only its last versions in the store."""
 from __future__ import annotations
@@ -46,33 +46,6 @@ def test_the_stream_is_the_programs_items_and_every_tensor_is_checked(proving, s
     assert store.check([f"dpobs/weights/{s.settings.job}/3/1"])  # where it travelled
 
 
-def _flip(items):
-    t = items[1][1].clone()
-    t.view(-1)[3] = -t.view(-1)[3] + 1
-    return [items[0], (items[1][0], t), *items[2:]]
-
-
-def _swap_rows(items):
-    t = items[0][1].clone()
-    t[[0, 1]] = t[[1, 0]]
-    return [(items[0][0], t), *items[1:]]
-
-
-@pytest.mark.parametrize("tamper, reason", [
-    (_flip, "value"), (_swap_rows, "value"),
-    (lambda i: [(i[0][0], i[0][1].float()), *i[1:]], "value"),
-    (lambda i: i[1:], "missing"),
-    (lambda i: [*i, ("rogue.bias", torch.zeros(3))], "unexpected")],
-    ids=["flipped element", "swapped rows", "dtype change", "missing", "extra"])
-def test_each_corruption_is_caught_by_its_reason(proving, store, tamper, reason):
-    s, r = _sides(proving)
-    w = model()
-    _push(s, r, w, version=1)  # a clean version first: each check reads its own version
-    _push(s, r, model(2), version=2, tamper=tamper)
-    assert _stats(r).mismatched == {**NONE_MISMATCHED, reason: 1}
-    assert _stats(r).checked == 2 * len(w) + (reason == "unexpected")
-
-
 def test_the_receivers_sync_ends_before_its_check_which_counts_once_the_sender_posts(
         proving, store):
     s, r = _sides(proving)
@@ -110,12 +83,12 @@ def test_a_post_later_than_the_wait_is_unchecked_not_a_mismatch(proving, store):
     s, r = _sides(proving)
     r.weights.carriage.wait_s = 0.05  # a slow store, or a slow sender
     w = model()
-    list(r.weights.received(iter(_flip(list(w.items()))), version=1))
+    list(r.weights.received(iter(list(w.items())[1:]), version=1))  # one tensor lost
     assert r.weights.settle(30)
     list(s.weights.sent(iter(w.items()), version=1))
     assert s.weights.settle(30)
     st = _stats(r)
-    assert st.unchecked["no_manifest"] == len(w) and st.mismatched == NONE_MISMATCHED
+    assert st.unchecked["no_manifest"] == len(w) - 1 and st.mismatched == NONE_MISMATCHED
 
 
 def test_a_store_that_is_down_is_unchecked_with_its_reason(proving, monkeypatch):
