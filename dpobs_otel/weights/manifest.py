@@ -39,12 +39,14 @@ it, and the receiver then counts an internal error and checks nothing.
 """
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
 import sys
 import threading
 import uuid
+import weakref
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from time import monotonic
@@ -61,6 +63,7 @@ NAMESPACE = "dpobs"  # Ray's internal KV
 KEEP = 4  # versions a sender keeps posted: a receiver may lag a few (async RL)
 WAIT_S = 30.0  # how long a receiver's check waits for its sender's manifest
 FIRST_POLL_S, LAST_POLL_S = 0.001, 0.1  # between two reads of the store, doubling
+EXIT_S = 5.0  # at interpreter exit, for a sender's last posts (its thread is a daemon)
 
 
 def dumps(version: int, digests: dict[str, int], sender: str = "") -> bytes:
@@ -237,6 +240,7 @@ class Carriage:
         self._pid = None
         self._posted = Posted()
         self._said: set[str] = set()
+        atexit.register(_settle_at_exit, weakref.ref(self))
 
     # -- the program's threads (Sync.end) ------------------------------------------------
     def post(self, version: int, digests: dict) -> None:
@@ -348,3 +352,10 @@ class Carriage:
         if reason not in self._said:  # once per reason and process: a log line, not a flood
             self._said.add(reason)
             log.warning(text)
+
+
+def _settle_at_exit(ref) -> None:
+    """A trainer that exits right after its last sync still posts it."""
+    carriage = ref()
+    if carriage is not None and carriage._pid == os.getpid():
+        carriage.settle(EXIT_S)
