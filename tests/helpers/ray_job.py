@@ -19,13 +19,14 @@ import glob
 import hashlib
 import json
 import os
-import sys
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import ray
+
+from helpers.ray_runs import forwarded, job_main
 
 CHUNKS = 2
 ROWS = 2048  # per chunk: 2048 x 64 float32 = 512 KiB, above Ray's 100 KiB inline limit
@@ -151,19 +152,10 @@ def scrape_all(sd_dir: str | None) -> list[dict]:
 
 
 def main() -> None:
-    env = {k: v for k, v in os.environ.items() if k.startswith(("DPOBS_", "OTEL_"))}
-    env["PYTHONPATH"] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     address = os.environ.get("RAYJOB_ADDRESS")  # a cluster `ray start --head` runs
     own = {} if address else {"num_cpus": 4, "include_dashboard": False,
                               "object_store_memory": 100 * 1024**2}
-    ray.init(address=address or "local", _node_ip_address="127.0.0.1", log_to_driver=False,
-             runtime_env={"env_vars": env}, **own)
-    try:
-        truth = job()
-    finally:
-        ray.shutdown()
-    with open(sys.argv[1], "w") as f:
-        json.dump(truth, f)
+    job_main(job, address=address or "local", runtime_env={"env_vars": forwarded()}, **own)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Running a Ray job as a user runs it: `python -m MODULE OUT.json` in a subprocess with its own
 local Ray on 127.0.0.1, in this process's environment less its DPOBS_* and OTEL_* variables
-plus the ones a test gives (tests/adapters/ray). The pytest process never imports Ray here."""
+plus the ones a test gives (tests/adapters/ray); and the job modules' side of it (job_main,
+forwarded). The pytest process never imports Ray here."""
 from __future__ import annotations
 
 import json
@@ -35,3 +36,20 @@ def sample(samples, name, default=None, **labels):
             and {k: x for k, x in have.items() if x != ""} == want]
     assert len(hits) <= 1, (name, labels, hits)
     return hits[0] if hits else default
+
+
+def forwarded() -> dict:
+    """The env_vars a job hands its actors through runtime_env, as a user would: its DPOBS_*
+    and OTEL_* variables, and the path the actors import the job's classes from."""
+    env = {k: v for k, v in os.environ.items() if k.startswith(("DPOBS_", "OTEL_"))}
+    env["PYTHONPATH"] = str(TESTS)
+    return env
+
+
+def job_main(produce, **init) -> None:
+    """A job module's main: Ray up on 127.0.0.1 with `init`, produce() written as JSON to the
+    path the command line names, Ray down (on an error too)."""
+    import ray
+    with ray.init(_node_ip_address="127.0.0.1", log_to_driver=False, **init):
+        out = produce()
+    Path(sys.argv[1]).write_text(json.dumps(out))

@@ -18,11 +18,8 @@ Run by tests/adapters/ray/test_ray_verl.py in a subprocess, as a user would run 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
-import sys
 from collections import Counter
-from pathlib import Path
 
 import ray
 import torch
@@ -34,6 +31,7 @@ from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, Ra
 from verl.single_controller.ray.base import create_colocated_worker_cls_fused
 
 from helpers.ray_job import scrape_all
+from helpers.ray_runs import forwarded, job_main
 
 WORLD = 2
 ROWS, COLS = 256, 256  # 256 KiB of float32 a batch: each worker's half is over Ray's 100 KiB
@@ -151,13 +149,8 @@ def job() -> dict:
 
 
 def main() -> None:
-    env = {k: v for k, v in os.environ.items() if k.startswith(("DPOBS_", "OTEL_"))}
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])  # the workers import helpers
-    with ray.init(address="local", num_cpus=2 * WORLD + 1, _node_ip_address="127.0.0.1",
-                  include_dashboard=False, log_to_driver=False,
-                  object_store_memory=100 * 1024**2, runtime_env={"env_vars": env}):
-        truth = job()  # the context's exit shuts Ray down, on an error too
-    Path(sys.argv[1]).write_text(json.dumps(truth))
+    job_main(job, address="local", num_cpus=2 * WORLD + 1, include_dashboard=False,
+             object_store_memory=100 * 1024**2, runtime_env={"env_vars": forwarded()})
 
 
 if __name__ == "__main__":

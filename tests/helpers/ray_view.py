@@ -13,9 +13,7 @@ read from its /metrics, so the test sees every op still counted and the program 
 from __future__ import annotations
 
 import inspect
-import json
 import os
-import sys
 import urllib.request
 
 import ray
@@ -23,6 +21,7 @@ import ray.actor
 import ray.remote_function
 
 from dpobs_otel.adapters.instrumentation import MEASURED
+from helpers.ray_runs import job_main
 
 # component -> (module, attribute) that is made to raise
 BREAKABLE = {"label": ("dpobs_otel.adapters.ray.methods", "Methods.label"),
@@ -140,15 +139,8 @@ def main() -> None:
     broken = os.environ.get("RAYVIEW_BREAK")
     if broken:
         _break(broken)
-    ray.init(address="local", num_cpus=2, _node_ip_address="127.0.0.1",
-             include_dashboard=False, log_to_driver=False)
-    try:
-        out = view()
-        out["own"] = _own_counts()
-    finally:
-        ray.shutdown()
-    with open(sys.argv[1], "w") as f:
-        json.dump(out, f)
+    job_main(lambda: {**view(), "own": _own_counts()}, address="local", num_cpus=2,
+             include_dashboard=False)
 
 
 if __name__ == "__main__":
