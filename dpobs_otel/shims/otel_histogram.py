@@ -19,7 +19,10 @@ every op takes `record`.
 """
 from __future__ import annotations
 
-from .otel_sdk import BoundRecord
+from bisect import bisect_left
+
+from ..names import COMPONENT_HISTOGRAM
+from .otel_sdk import BoundRecord, histogram_aggregations
 
 
 class OpRecords(dict):
@@ -33,3 +36,51 @@ class OpRecords(dict):
 
     def __missing__(self, op: str) -> BoundRecord:
         return self.setdefault(op, BoundRecord(self._instrument, {"op": op}, self._on_error))
+
+
+class ClassicRecord:
+    """`record(value)` of an explicit-bucket histogram (the SDK's own aggregation, no native
+    buckets) and one attribute set: after the first record, straight into the aggregations
+    that record reached, as row age's bulk add does (otel_sdk.histogram_aggregations finds
+    them and checks their fields and bounds). Where they are not as known, `record` each
+    time. Readers are fixed when a Telemetry starts, so the aggregations found stay the
+    ones every reader collects."""
+    __slots__ = ("_instrument", "_attrs", "_boundaries", "_aggs", "_on_error")
+
+    def __init__(self, instrument, attributes: dict, boundaries: tuple, on_error=None):
+        self._instrument = instrument
+        self._attrs = attributes
+        self._boundaries = tuple(float(b) for b in boundaries)
+        self._aggs = None  # None: not found yet; []: never (record it is)
+        self._on_error = on_error  # (component, exc)
+
+    def __call__(self, value: float) -> None:
+        aggs = self._aggs
+        try:
+            if aggs:
+                for agg in aggs:
+                    add_value(agg, value)
+                return
+            self._instrument.record(value, self._attrs)
+            if aggs is None:
+                self._aggs = histogram_aggregations(self._instrument, self._attrs,
+                                                    self._boundaries)
+        except Exception as exc:  # never cost the op its counters
+            self._aggs = []
+            if self._on_error is not None:
+                self._on_error(COMPONENT_HISTOGRAM, exc)
+
+
+def add_value(agg, v: float) -> None:
+    """One observation into an SDK explicit-bucket aggregation, as its aggregate() does (the
+    bucket count, sum, min and max), under its lock."""
+    with agg._lock:
+        if agg._value is None:
+            agg._value = [0] * (len(agg._boundaries) + 1)
+        agg._value[bisect_left(agg._boundaries, v)] += 1
+        agg._sum += v
+        if agg._record_min_max:
+            if v < agg._min:
+                agg._min = v
+            if v > agg._max:
+                agg._max = v

@@ -11,7 +11,8 @@ from opentelemetry.sdk.metrics import Histogram as HistogramInstrument
 from opentelemetry.sdk.metrics.export import AggregationTemporality, InMemoryMetricReader
 
 import dpobs_otel as dpobs
-from dpobs_otel import names
+from dpobs_otel import instruments, names
+from dpobs_otel.shims.otel_histogram import ClassicRecord
 
 
 class Memory:
@@ -24,14 +25,14 @@ class Memory:
         pass
 
 
-def _points(exp) -> dict:
+def _points(exp, name=names.OP_DURATION) -> dict:
     """{op: (count, sum, min, max, classic counts, native buckets)} of one collection."""
     data = exp.reader.get_metrics_data()
     out = {}
     for rm in data.resource_metrics:
         for sm in rm.scope_metrics:
             for m in sm.metrics:
-                if m.name == names.OP_DURATION:
+                if m.name == name:
                     for p in m.data.data_points:
                         native = getattr(p, "native", None)
                         out[p.attributes["op"]] = (
@@ -97,3 +98,25 @@ def test_an_instrumented_client_uses_it(pair):
         c.get_samples(["a"], "p")
     assert _points(eb)["get"][0] == 2
     assert bool(bound.op_records["get"]._adds) == knows_fast_paths(bound.op_duration)
+
+
+def test_a_classic_record_and_record_hold_the_same_points(pair):
+    """An explicit-bucket histogram of the SDK's own (Ray's serialization time) through
+    ClassicRecord: the points every collection gets are record()'s."""
+    (direct, plain), (ed, ep) = pair
+    hists = [instruments.create(t.meter, names.RAY_SERIALIZATION) for t in (direct, plain)]
+    records = {op: ClassicRecord(hists[0], {"op": op}, names.OP_BUCKETS)
+               for op in ("ray_put", "ray_get")}
+    rng = random.Random(11)
+    for rnd in range(3):
+        for _ in range(300):
+            op, v = rng.choice(("ray_put", "ray_get")), rng.lognormvariate(-8, 2)
+            records[op](v)
+            hists[1].record(v, {"op": op})
+        a, b = _points(ed, names.RAY_SERIALIZATION), _points(ep, names.RAY_SERIALIZATION)
+        assert set(a) == {"ray_put", "ray_get"}
+        for op in a:
+            assert a[op][0] == b[op][0] and a[op][2:] == b[op][2:], (rnd, op)
+            assert a[op][1] == pytest.approx(b[op][1], rel=1e-12)
+    # after its first record each went straight to the SDK's aggregation, where it is known
+    assert all(r._aggs for r in records.values()) == knows_fast_paths(hists[0])

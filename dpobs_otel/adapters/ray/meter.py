@@ -14,6 +14,7 @@ import threading
 from time import perf_counter
 
 from ... import instruments, names
+from ...shims.otel_histogram import ClassicRecord
 from ...shims.otel_sdk import BoundRecord
 from ...stats import OpStats
 from .methods import Methods
@@ -44,8 +45,9 @@ class RayMeter:
         self._serialization_hist = instruments.create(tel.meter, names.RAY_SERIALIZATION)
         instruments.create(tel.meter, names.RAY_OWNED, self._observe_owned,
                            instruments.exported(tel.internal_error))
-        self._ser_records = {op: BoundRecord(self._serialization_hist,
-                                             {"op": op, "direction": d}, tel.internal_error)
+        self._ser_records = {op: ClassicRecord(self._serialization_hist,
+                                               {"op": op, "direction": d}, names.OP_BUCKETS,
+                                               tel.internal_error)
                              for op, d in SERIALIZES.items()}
         with tel.stats.lock:
             tel.stats.accounts.append(self)
