@@ -139,8 +139,6 @@ def find(job: str):
 
 
 class C10dBoard:
-    kind = "c10d"
-
     def __init__(self, job: str, store):
         self.store, self.prefix = store, f"dpobs/weights/{job}/"
 
@@ -165,8 +163,6 @@ class C10dBoard:
 
 
 class RayBoard:
-    kind = "ray"
-
     def __init__(self, job: str, ray):
         from ray.experimental import internal_kv
         self.kv = internal_kv
@@ -229,7 +225,8 @@ def expected_of(posted: list[bytes], received: dict) -> dict | None:
 
 
 class Carriage:
-    """Made by Weights with the guard on and the proof out of band."""
+    """Made by Weights with the guard on: out of band it posts and checks through the store;
+    in band it only counts a receiver that got no manifest item (`unchecked`)."""
 
     def __init__(self, weights, job: str, wait_s: float = WAIT_S):
         self.weights, self.job, self.wait_s = weights, job, wait_s
