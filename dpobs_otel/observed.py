@@ -83,7 +83,7 @@ def _with_accounts(name, fn, stats, critical):
 
 
 # The instruments other accounts (stats.accounts) add points to.
-SHARED = frozenset({names.OP_ERRORS, names.TRANSFERRED, names.KEYS})
+SHARED = frozenset({names.OP_ERRORS, names.TRANSFERRED, names.KEYS, names.INSTR_TIME})
 
 
 def core(stats, critical) -> dict:

@@ -21,8 +21,10 @@ ADAPTERS = pathlib.Path(dpobs.__file__).parent / "adapters"
 INTERFACE = {n for n in [*dir(TelemetryInterface), *TelemetryInterface.__annotations__]
              if not n.startswith("_")}
 # What adapters reach beyond the interface: only from objects built when `enabled` is true
-# (the core's InstrumentedClient, InstrumentedMooncakeStore).
-BEYOND = {"critical"}
+# (the core's InstrumentedClient, InstrumentedMooncakeStore; the Ray adapter's RayMeter, which
+# PerProcess builds only for an enabled Telemetry: its instruments on the Telemetry's meter,
+# its account beside the core's stats).
+BEYOND = {"critical", "meter", "stats", "op_duration"}
 
 
 class _Store:

@@ -6,8 +6,7 @@ raised (class, module, message, identity of what the raiser threw), and the resu
     python -m helpers.ray_view OUT.json
 
 RAYVIEW_BREAK=NAME makes one dpobs component on a Ray op's path raise on purpose
-(BREAKABLE: the method label, the refs' method, the returned refs' map, the object sizes, the
-owned bytes); the view then also holds this process's op counts and dpobs's own error count,
+(BREAKABLE: the method label, the refs' method, the returned refs' map, the object sizes); the view then also holds this process's op counts and dpobs's own error count,
 read from its /metrics, so the test sees every op still counted and the program unchanged.
 """
 from __future__ import annotations
@@ -28,8 +27,7 @@ BREAKABLE = {"label": ("dpobs_otel.adapters.ray.methods", "Methods.label"),
              "of": ("dpobs_otel.adapters.ray.methods", "Methods.of"),
              "returned": ("dpobs_otel.adapters.ray.methods", "Methods.returned"),
              "object_size": ("dpobs_otel.shims.ray_private", "object_size"),
-             "stored_size": ("dpobs_otel.shims.ray_private", "stored_size"),
-             "owned": ("dpobs_otel.adapters.ray.meter", "RayMeter.owned")}
+             "stored_size": ("dpobs_otel.shims.ray_private", "stored_size")}
 
 
 class Planted(RuntimeError):

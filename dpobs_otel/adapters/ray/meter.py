@@ -22,6 +22,7 @@ from .methods import Methods
 MB = 1e6
 PRUNE_EVERY = 4096  # puts held before the owned map is checked against Ray's references
 # The direction of serialization work an op does, if any.
+READS = frozenset(op for op, d in names.RAY_OPS.items() if d == "read")
 SERIALIZES = {names.RAY_PUT: "serialize", names.RAY_CALL: "serialize",
               names.RAY_RETURN: "serialize", names.RAY_GET: "deserialize",
               names.RAY_ARGS: "deserialize"}
@@ -40,6 +41,7 @@ class RayMeter:
         self._serialization: dict[str, float] = {}  # op -> seconds in Ray's serializer
         self._owned: dict[str, int] = {}  # object id (hex) -> size, of refs this process put
         self._prune_at = PRUNE_EVERY
+        self._own_seconds = 0.0  # dpobs's own time on Ray ops (component "ray")
         self._records: dict[tuple, BoundRecord] = {}
         self._prev: dict[str, float] = {}
         self._serialization_hist = instruments.create(tel.meter, names.RAY_SERIALIZATION)
@@ -54,47 +56,44 @@ class RayMeter:
 
     # -- the op path ------------------------------------------------------------------------
     def record(self, op: str, method, dt: float, keys: int, nbytes: int = 0,
-               serialization: float = 0.0, error: str | None = None) -> None:
+               serialization: float = 0.0, error: str | None = None, owned=None) -> None:
         """One Ray op: its duration, keys, bytes (in the op's direction), the seconds of it
-        spent serializing, and its error type if it raised."""
+        spent serializing, its error type if it raised, and the object id it put (owned)."""
         t0 = perf_counter()
-        record = self._records.get((op, method))
-        if record is None:
-            record = self._bind(op, method)
+        key = (op, method)
+        record = self._records.get(key) or self._bind(op, method)
         record(dt)
         if op in SERIALIZES and (serialization or error is None):
             self._ser_records[op](serialization)
-        with self._lock:
-            s = self._ops.get((op, method))
+        with self._lock:  # one lock per op: the numbers, the owned map, dpobs's own time
+            s = self._ops.get(key)
             if s is None:
-                s = self._ops[(op, method)] = OpStats()
+                s = self._ops[key] = OpStats()
             s.calls += 1
             s.seconds += dt
             s.keys += keys
-            if names.RAY_OPS[op] == "read":
+            if op in READS:
                 s.read_bytes += nbytes
             else:
                 s.write_bytes += nbytes
             if error is not None:
                 s.errors += 1
-                key = (op, method, error)
-                self._errors[key] = self._errors.get(key, 0) + 1
+                ekey = (op, method, error)
+                self._errors[ekey] = self._errors.get(ekey, 0) + 1
             if serialization:
                 self._serialization[op] = self._serialization.get(op, 0.0) + serialization
-        self.tel.stats.add_time(names.COMPONENT_RAY, perf_counter() - t0)
+            if owned is not None:
+                self._owned[owned] = nbytes
+                grown = len(self._owned) >= self._prune_at
+            self._own_seconds += perf_counter() - t0
+        if owned is not None and grown:  # a process nothing scrapes must not keep every put
+            self._prune()
 
     def _bind(self, op, method) -> BoundRecord:
         attrs = {"op": op} if method is None else {"op": op, names.RAY_METHOD: method}
         record = self._records[(op, method)] = BoundRecord(self.tel.op_duration, attrs,
                                                            self.tel.internal_error)
         return record
-
-    def owned(self, object_id: str, size: int) -> None:
-        with self._lock:
-            self._owned[object_id] = size
-            grown = len(self._owned) >= self._prune_at
-        if grown:  # a process nothing scrapes must not keep every put it ever made
-            self._prune()
 
     def _prune(self) -> None:
         """Forget the objects this process no longer references (its core worker's table),
@@ -123,6 +122,8 @@ class RayMeter:
                         for (op, m, et), n in self._errors.items()]
             if instrument == names.KEYS:
                 return [Observation(s.keys, attrs(op, m)) for (op, m), s in self._ops.items()]
+            if instrument == names.INSTR_TIME:
+                return [Observation(self._own_seconds, {"component": names.COMPONENT_RAY})]
             if instrument == names.TRANSFERRED:
                 return [Observation(s.read_bytes + s.write_bytes,
                                     attrs(op, m, direction=names.RAY_OPS[op]))
@@ -137,7 +138,8 @@ class RayMeter:
 
     def window(self) -> dict[str, float]:
         """`dpobs/ray/<op>/{seconds,calls,errors,mb,serialization_s}` since the last call
-        (every op once used, summed over methods), and `dpobs/ray/owned_mb`."""
+        (every op once used, summed over methods), dpobs's own time on them
+        (`dpobs/ray/instrumentation_s`) and `dpobs/ray/owned_mb`."""
         now: dict[str, float] = {}
         with self._lock:
             for (op, _), s in self._ops.items():
@@ -149,6 +151,7 @@ class RayMeter:
                 if op in SERIALIZES:
                     now[p + "serialization_s"] = self._serialization.get(op, 0.0)
             owned = sum(self._owned.values()) / MB
+            now["dpobs/ray/instrumentation_s"] = self._own_seconds
         prev, self._prev = self._prev, now
         out = {k: v - prev.get(k, 0) for k, v in now.items()}
         out["dpobs/ray/owned_mb"] = owned

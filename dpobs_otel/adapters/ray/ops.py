@@ -90,8 +90,8 @@ class Patches:
     # -- ray.put, ray.get, ray.wait ----------------------------------------------------------
     def put(self, fn):
         def done(meter, ref, dt, frame, args, kwargs):
-            meter.record(names.RAY_PUT, None, dt, 1, frame.nbytes, frame.seconds)
-            meter.owned(ref.hex(), frame.nbytes)
+            meter.record(names.RAY_PUT, None, dt, 1, frame.nbytes, frame.seconds,
+                         owned=ref.hex())
         return self._wrap(fn, names.RAY_PUT, done)
 
     def get(self, fn):

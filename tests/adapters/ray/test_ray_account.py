@@ -78,11 +78,10 @@ def tel():
 
 
 def _ops(meter):
-    meter.record(names.RAY_PUT, None, 0.004, 1, 5000, 0.001)
+    meter.record(names.RAY_PUT, None, 0.004, 1, 5000, 0.001, owned="00ff")
     meter.record(names.RAY_CALL, "A.f", 0.001, 2, 300, 0.0002)
     meter.record(names.RAY_GET, "A.f", 2.0, 3, 7000, 0.003)
     meter.record(names.RAY_GET, "A.f", 0.5, 1, 0, 0.0, error="GetTimeoutError")
-    meter.owned("00ff", 5000)
 
 
 def test_ray_ops_have_their_own_step_metrics_keys_and_no_data_plane_time(tel):
@@ -98,6 +97,7 @@ def test_ray_ops_have_their_own_step_metrics_keys_and_no_data_plane_time(tel):
     assert m["dpobs/ray/ray_get/mb"] == pytest.approx(0.007)
     assert m["dpobs/ray/ray_put/serialization_s"] == pytest.approx(0.001)
     assert m["dpobs/ray/owned_mb"] == pytest.approx(0.005)
+    assert m["dpobs/ray/instrumentation_s"] > 0 and m["dpobs/instrumentation_s"] == 0
     again = tel.step_metrics()  # a window: what happened since the last call
     assert again["dpobs/ray/ray_get/calls"] == 0 and again["dpobs/ray/owned_mb"] > 0
 
@@ -119,6 +119,7 @@ def test_ray_ops_join_the_core_series_with_their_method(tel):
                  direction="deserialize") == pytest.approx(0.003)
     assert value(s, names.RAY_OWNED_SERIES) == 5000  # no Ray here: nothing to drop
     assert value(s, names.OUTSTANDING_SIZE_SERIES) == 0
+    assert value(s, names.INSTR_TIME_SERIES, component="ray") > 0
 
 
 def test_the_readers_keep_ray_ops_apart(tel):
@@ -141,6 +142,6 @@ def test_owned_bytes_forget_what_the_process_no_longer_references(tel, monkeypat
     monkeypatch.setattr(ray_meter, "PRUNE_EVERY", 16)
     m = RayMeter(tel)
     for i in range(40):  # never scraped: the map is pruned as it grows
-        m.owned(f"{i:04x}", 100)
+        m.record(names.RAY_PUT, None, 0.001, 1, 100, owned=f"{i:04x}")
         assert len(m._owned) < 32
     assert value(scrape_tel(tel), names.RAY_OWNED_SERIES) == 10 * 100

@@ -14,7 +14,10 @@ microseconds with the spread of the per-round differences (their 10th-90th perce
 the difference as a fraction of the off arm, and the driver's CPU time per op each arm.
 Required (issue 42): at most 2% at 1 MiB and at most 15 us per op at 1 KiB; goal 0.5% and 8 us.
 
-    .venv/bin/python benchmarks/ray.py [--rounds 15] [--json OUT]
+    .venv/bin/python benchmarks/ray [--rounds 15] [--json OUT]
+
+(A folder run as a script, not benchmarks/ray.py: Python puts a script's own folder first on
+sys.path, where a ray.py would stand in for Ray.)
 """
 from __future__ import annotations
 
@@ -25,21 +28,15 @@ import statistics
 import sys
 import time
 
-# This file is named for what it measures, and Python puts its folder first on sys.path: keep
-# the folder out while Ray is imported, or `import ray` would import this file.
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
-import numpy as np  # noqa: E402
-import ray  # noqa: E402
+import numpy as np
+import ray
 
-sys.path.append(_HERE)
-
-import dpobs_otel as dpobs  # noqa: E402
-from dpobs_otel.adapters.ray import RayInstrumentor  # noqa: E402
-from dpobs_otel.adapters.ray.ops import Patches  # noqa: E402
-from dpobs_otel.adapters.ray.patching import sites  # noqa: E402
-from dpobs_otel.shims.ray_private import missing  # noqa: E402
-from progress import Progress  # noqa: E402  (benchmarks/progress.py: this script's folder)
+import dpobs_otel as dpobs
+from dpobs_otel.adapters.ray import RayInstrumentor
+from dpobs_otel.adapters.ray.ops import Patches
+from dpobs_otel.adapters.ray.patching import sites
+from dpobs_otel.demo.progress import Line
+from dpobs_otel.shims.ray_private import missing
 
 SIZES = {"1k": 1 << 10, "1m": 1 << 20, "64m": 64 << 20}
 REPS = {"put_get_1k": 300, "put_get_1m": 60, "put_get_64m": 3, "call_1m": 40}
@@ -85,7 +82,7 @@ def measure(arms: Arms, sinks: dict, rounds: int) -> dict:
     data = {k: np.random.default_rng(0).integers(0, 255, n, dtype=np.uint8)
             for k, n in SIZES.items()}
     times = {s: {"off": [], "on": []} for s in REPS}
-    progress = Progress(rounds)
+    progress = Line(sys.stderr)
     for r in range(rounds):
         for shape, reps in REPS.items():
             for arm in ("off", "on") if r % 2 == 0 else ("on", "off"):
@@ -94,7 +91,7 @@ def measure(arms: Arms, sinks: dict, rounds: int) -> dict:
                 op()  # warm: the first call of an arm after a switch
                 times[shape][arm].append(_timed(op, reps))
         arms.use("off")
-        progress(r + 1)
+        progress.show(f"{r + 1}/{rounds} rounds")
     progress.finish()
     return times
 
