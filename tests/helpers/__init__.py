@@ -38,5 +38,12 @@ def scrape(tel) -> dict[tuple[str, frozenset], float]:
 
 def value(samples, name, **labels) -> float | None:
     """The sample with exactly these labels, or None when the series is absent: so that
-    `value(...) == 0` holds only for a series exported at 0, never for a missing one."""
-    return samples.get((name, frozenset((k, str(v)) for k, v in labels.items())))
+    `value(...) == 0` holds only for a series exported at 0, never for a missing one. A label
+    written empty is absent, as Prometheus reads it: the exporter writes a label some series
+    of a family carry (Ray's ops' `method`) on every other series of it, empty."""
+    want = frozenset((k, str(v)) for k, v in labels.items())
+    if (name, want) in samples:
+        return samples[(name, want)]
+    hits = [v for (n, have), v in samples.items()
+            if n == name and frozenset((k, x) for k, x in have if x != "") == want]
+    return hits[0] if len(hits) == 1 else None

@@ -42,6 +42,9 @@ def exercise(tel) -> None:
         store.put_samples(["raw"], "p0", td[:1])  # written around dpobs: unverified on read
         client.get_samples(["raw"], "p0", ["x"])
         client.clear_samples(ids, "p0")
+        # One process, no store (no Ray, no process group): the proof rides in the stream,
+        # so the receiving side checks the tensor.
+        tel.weights.in_band = True
         pushed = list(tel.weights.sent(iter({"w": torch.ones(2, 2)}.items()), version=1))
     list(tel.weights.received(iter(pushed), version=1))  # both sides of one weight sync
     with contextlib.suppress(KeyError):
