@@ -22,7 +22,7 @@ from __future__ import annotations
 from bisect import bisect_left
 
 from ..names import COMPONENT_HISTOGRAM
-from .otel_sdk import BoundRecord, histogram_aggregations
+from .otel_sdk import BoundRecord, bulk_add, histogram_aggregations
 
 
 class OpRecords(dict):
@@ -45,12 +45,15 @@ class ClassicRecord:
     them and checks their fields and bounds). Where they are not as known, `record` each
     time. Readers are fixed when a Telemetry starts, so the aggregations found stay the
     ones every reader collects."""
-    __slots__ = ("_instrument", "_attrs", "_boundaries", "_aggs", "_on_error")
+    __slots__ = ("_instrument", "_attrs", "_boundaries", "_one", "_aggs", "_on_error")
 
     def __init__(self, instrument, attributes: dict, boundaries: tuple, on_error=None):
         self._instrument = instrument
         self._attrs = attributes
         self._boundaries = tuple(float(b) for b in boundaries)
+        # bucket index -> its counts for one value in it: bulk_add's input, made once
+        n = len(self._boundaries) + 1
+        self._one = [[int(i == j) for j in range(n)] for i in range(n)]
         self._aggs = None  # None: not found yet; []: never (record it is)
         self._on_error = on_error  # (component, exc)
 
@@ -58,8 +61,9 @@ class ClassicRecord:
         aggs = self._aggs
         try:
             if aggs:
+                one = self._one[bisect_left(self._boundaries, value)]
                 for agg in aggs:
-                    add_value(agg, value)
+                    bulk_add(agg, one, value, value, value)
                 return
             self._instrument.record(value, self._attrs)
             if aggs is None:
@@ -69,18 +73,3 @@ class ClassicRecord:
             self._aggs = []
             if self._on_error is not None:
                 self._on_error(COMPONENT_HISTOGRAM, exc)
-
-
-def add_value(agg, v: float) -> None:
-    """One observation into an SDK explicit-bucket aggregation, as its aggregate() does (the
-    bucket count, sum, min and max), under its lock."""
-    with agg._lock:
-        if agg._value is None:
-            agg._value = [0] * (len(agg._boundaries) + 1)
-        agg._value[bisect_left(agg._boundaries, v)] += 1
-        agg._sum += v
-        if agg._record_min_max:
-            if v < agg._min:
-                agg._min = v
-            if v > agg._max:
-                agg._max = v
