@@ -5,6 +5,9 @@ raised (class, module, message, identity of what the raiser threw), and the resu
 
     python -m helpers.ray_view OUT.json
 
+RAYVIEW_LACK=1 takes one private name of Ray away from what dpobs finds (shims/ray_private.py):
+the public ops alone are then patched.
+
 RAYVIEW_BREAK=NAME makes one dpobs component on a Ray op's path raise on purpose
 (BREAKABLE: the method label, the refs' method, the returned refs' map, the object sizes); the view then also holds this process's op counts and dpobs's own error count,
 read from its /metrics, so the test sees every op still counted and the program unchanged.
@@ -15,12 +18,17 @@ import inspect
 import os
 import urllib.request
 
-import ray
-import ray.actor
-import ray.remote_function
+from dpobs_otel.shims import ray_private
 
-from dpobs_otel.adapters.instrumentation import MEASURED
-from helpers.ray_runs import job_main
+if os.environ.get("RAYVIEW_LACK"):  # a Ray without one of the private names dpobs reads,
+    ray_private.NAMES += (("ray", "no_such_private_name"),)  # set before Ray is hooked
+
+import ray  # noqa: E402  (DPOBS_AUTO hooks Ray as it is imported)
+import ray.actor  # noqa: E402
+import ray.remote_function  # noqa: E402
+
+from dpobs_otel.adapters.instrumentation import MEASURED  # noqa: E402
+from helpers.ray_runs import job_main  # noqa: E402
 
 # component -> (module, attribute) that is made to raise
 BREAKABLE = {"label": ("dpobs_otel.adapters.ray.methods", "Methods.label"),
@@ -116,7 +124,7 @@ def _own_counts() -> dict:
     if tel is None:
         return {}
     body = urllib.request.urlopen(f"http://{tel.endpoint}/metrics", timeout=10).read()
-    out = {"calls": {}, "errors": 0}
+    out = {"calls": {}, "errors": 0, "lacking": 0}
     for family in text_string_to_metric_families(body.decode()):
         for s in family.samples:
             if s.name == names.OP_DURATION_SERIES + "_count":
@@ -124,6 +132,9 @@ def _own_counts() -> dict:
                 out["calls"][op] = out["calls"].get(op, 0) + s.value
             elif s.name == names.INSTR_ERRORS_SERIES and s.labels["component"] == "ray":
                 out["errors"] += s.value
+            elif (s.name == names.INSTR_ERRORS_SERIES
+                  and s.labels["component"] == names.COMPONENT_RAY_PRIVATE):
+                out["lacking"] += s.value
     return out
 
 

@@ -53,3 +53,18 @@ def test_a_failing_component_leaves_every_op_counted_and_the_program_unchanged(
     assert _program(broken) == _program(plain)
     assert broken["own"]["calls"] == measured["own"]["calls"]
     assert broken["own"]["errors"] >= 1, component
+
+
+def test_a_ray_lacking_a_private_name_keeps_the_public_ops_counted(plain, tmp_path):
+    """Where a private name dpobs reads is gone, ray.put, ray.get and ray.wait are still
+    counted and timed, the calls' hooks are not put in place, the gap is counted once under
+    ray_private, and the program sees what it sees without dpobs."""
+    lacking = run_job(tmp_path, VIEW, DPOBS_AUTO="1", RAYVIEW_LACK="1")
+    assert _program(lacking) == _program(plain)
+    replaced = {name: ep["replaced"] for name, ep in lacking["entry_points"].items()}
+    assert replaced == {"ray.put": True, "ray.get": True, "ray.wait": True,
+                        "ActorMethod._remote": False, "RemoteFunction._remote": False}
+    calls = lacking["own"]["calls"]
+    assert calls["ray_put"] == 1 and calls["ray_wait"] == 1 and calls["ray_get"] >= 4
+    assert "ray_call" not in calls
+    assert lacking["own"]["lacking"] == 1 and lacking["own"]["errors"] == 0
