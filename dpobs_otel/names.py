@@ -195,7 +195,14 @@ PROCESS_IDENTITY = ("job", "node", "instance", "role", "rank")
 # controller, adapters/transferqueue/store_metrics.py): a target of the job that is not a
 # dpobs process, so the readers of dpobs's numbers (cluster view, top, timeline) skip it.
 ROLE_TQ_CONTROLLER = "tq-controller"
-STORE_ROLES = frozenset({ROLE_TQ_CONTROLLER})
+# Ray's own exporter on each node (its metrics export port: object store memory by location,
+# spilling, pulls), registered by a Ray driver beside its processes (adapters/ray/nodes.py)
+# with labels job, role ray-node, node (Ray's NodeAddress) and dpobs_source="ray", the
+# selector of the rules that read Ray's series. Not a dpobs process either.
+ROLE_RAY_NODE = "ray-node"
+SOURCE_LABEL = "dpobs_source"
+SOURCE_RAY = "ray"
+STORE_ROLES = frozenset({ROLE_TQ_CONTROLLER, ROLE_RAY_NODE})
 
 
 # -- Recording rules (level:metric:operations; DESIGN.md "Recording rules") ---------------
