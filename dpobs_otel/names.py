@@ -203,6 +203,22 @@ ROLE_RAY_NODE = "ray-node"
 SOURCE_LABEL = "dpobs_source"
 SOURCE_RAY = "ray"
 STORE_ROLES = frozenset({ROLE_TQ_CONTROLLER, ROLE_RAY_NODE})
+# Ray's node series the rules read (what its raylet exports on the node's metrics export port),
+# the same names in Ray 2.49 (NeMo-RL's pin: OpenCensus export) and 2.60 (OpenTelemetry
+# export), both scraped live; every one a gauge, the two spill ones cumulative since the
+# raylet started (rate() takes them like counters).
+RAY_STORE_MEMORY_SERIES = "ray_object_store_memory"  # bytes by Location (below)
+RAY_STORE_LOCATION = "Location"
+RAY_STORE_LOCATIONS = ("MMAP_SHM", "MMAP_DISK", "SPILLED", "WORKER_HEAP")
+RAY_STORE_USED_SERIES = "ray_object_store_used_memory"  # shared memory in use
+RAY_STORE_AVAILABLE_SERIES = "ray_object_store_available_memory"  # used + available = capacity
+RAY_SPILLED_BYTES_SERIES = "ray_spill_manager_objects_bytes"  # State="Spilled": bytes spilled
+RAY_SPILLED_OBJECTS_SERIES = "ray_spill_manager_request_total"  # Type="Spilled": objects
+RAY_SPILLED_BYTES_MATCHER = 'State="Spilled"'
+RAY_SPILLED_OBJECTS_MATCHER = 'Type="Spilled"'
+# The exception classes of a put Ray refused for want of room (error_type of a Ray op, as
+# Python names the class; a method's shows as RayTaskError(<class>) on the getter's ray_get).
+RAY_STORE_FULL_ERRORS = ("ObjectStoreFullError", "OutOfDiskError")
 
 
 # -- Recording rules (level:metric:operations; DESIGN.md "Recording rules") ---------------
@@ -261,13 +277,33 @@ JOB_OP_TYPE_STORE_MEAN = "job_op_type:dpobs_store_request_seconds:mean_rate5m"
 JOB_OP_STORE_MADE = "job_op:dpobs_store_requests_made:rate5m"
 JOB_OP_STORE_SERVED = "job_op:dpobs_store_requests_served:rate5m"
 JOB_STORE_COVERAGE = "job:dpobs_store_coverage:ratio_rate5m"
+# Ray's object store as a data plane: its ops' own account (out of data-plane time).
+JOB_OP_METHOD_SECONDS = "job_op_method:dpobs_client_operation_duration_seconds:rate5m"
+JOB_OP_METHOD_DIRECTION_BYTES = "job_op_method_direction:dpobs_client_transferred_bytes:rate5m"
+JOB_OP_DIRECTION_RAY_SERIALIZATION = (
+    "job_op_direction:dpobs_ray_serialization_duration_seconds:rate5m")
+JOB_RAY_SERIALIZATION_FRAC_OF_STEP = "job:dpobs_ray_serialization_frac_of_step:ratio_rate5m"
+# Not pinned: the Ray row's readers (per step, serialization's share, the nodes' stores).
+JOB_OP_METHOD_RAY_SECONDS_PER_STEP = "job_op_method:dpobs_ray_seconds_per_step:ratio_rate5m"
+JOB_OP_METHOD_DIRECTION_RAY_BYTES_PER_STEP = (
+    "job_op_method_direction:dpobs_ray_bytes_per_step:ratio_rate5m")
+JOB_OP_RAY_SERIALIZATION_SHARE = "job_op:dpobs_ray_serialization_share:ratio_rate5m"
+JOB_RAY_OWNED_BYTES = "job:dpobs_ray_owned_bytes:sum"
+INSTANCE_RAY_OWNED_BYTES = "instance:dpobs_ray_owned_bytes:sum"
+JOB_NODE_LOCATION_RAY_STORE_BYTES = "job_node_location:dpobs_ray_object_store_bytes:sum"
+JOB_NODE_RAY_STORE_USED = "job_node:dpobs_ray_object_store_used:ratio"
+JOB_NODE_RAY_SPILLED_BYTES = "job_node:dpobs_ray_spilled_bytes:rate5m"
+JOB_NODE_RAY_SPILLED_OBJECTS = "job_node:dpobs_ray_spilled_objects:rate5m"
 # Not pinned: when each node's agent last delivered (DpobsAgentDown reads it).
 NODE_AGENT_LAST_SAMPLE = "node:dpobs_agent_last_sample_timestamp_seconds:max"
 # The records DESIGN.md does not pin: inputs of pinned ones, and readers' conveniences.
 UNPINNED_RECORDS = frozenset({
     JOB_OP_LE_BUCKETS, NODE_AGENT_LAST_SAMPLE, UNIT_STORE_SECONDS, JOB_OP_TYPE_STORE_SECONDS,
     JOB_OP_TYPE_STORE_REQUESTS, JOB_OP_TYPE_STORE_MEAN, JOB_OP_STORE_MADE, JOB_OP_STORE_SERVED,
-    JOB_STORE_COVERAGE})
+    JOB_STORE_COVERAGE, JOB_OP_METHOD_RAY_SECONDS_PER_STEP,
+    JOB_OP_METHOD_DIRECTION_RAY_BYTES_PER_STEP, JOB_OP_RAY_SERIALIZATION_SHARE,
+    JOB_RAY_OWNED_BYTES, INSTANCE_RAY_OWNED_BYTES, JOB_NODE_LOCATION_RAY_STORE_BYTES,
+    JOB_NODE_RAY_STORE_USED, JOB_NODE_RAY_SPILLED_BYTES, JOB_NODE_RAY_SPILLED_OBJECTS})
 
 
 # -- Alerts (CamelCase, Dpobs prefix; runbook anchors are the lowercased names) ----------
@@ -288,6 +324,8 @@ ALERT_WEIGHTS_MISMATCH = "DpobsWeightsMismatch"
 ALERT_WEIGHTS_STALE = "DpobsWeightsStale"
 ALERT_WEIGHT_SYNC_SLOW = "DpobsWeightSyncSlow"
 ALERT_UNMEASURED_CLIENTS = "DpobsUnmeasuredClients"
+ALERT_RAY_STORE_SPILLING = "DpobsRayObjectStoreSpilling"
+ALERT_RAY_STORE_FULL = "DpobsRayObjectStoreFull"
 
 
 # -- Buckets, ops, stages -----------------------------------------------------------------
