@@ -203,17 +203,18 @@ ROLE_RAY_NODE = "ray-node"
 SOURCE_LABEL = "dpobs_source"
 SOURCE_RAY = "ray"
 STORE_ROLES = frozenset({ROLE_TQ_CONTROLLER, ROLE_RAY_NODE})
-# Ray's node series the rules read (what its raylet exports on the node's metrics export port),
-# the same names in Ray 2.49 (NeMo-RL's pin: OpenCensus export) and 2.60 (OpenTelemetry
-# export), both scraped live; every one a gauge, the two spill ones cumulative since the
-# raylet started (rate() takes them like counters).
-RAY_STORE_MEMORY_SERIES = "ray_object_store_memory"  # bytes by Location (below)
+# Ray's node series the rules read (what its raylet exports on the node's metrics export
+# port; not dpobs's, hence no _SERIES suffix): the same names in Ray 2.49 (NeMo-RL's pin,
+# OpenCensus export; its metric_defs) and 2.60 (OpenTelemetry export, scraped live). Every
+# one a gauge, the two spill ones cumulative since the raylet started (rate() takes them
+# like counters).
+RAY_NODE_STORE_MEMORY = "ray_object_store_memory"  # bytes by Location (below)
 RAY_STORE_LOCATION = "Location"
 RAY_STORE_LOCATIONS = ("MMAP_SHM", "MMAP_DISK", "SPILLED", "WORKER_HEAP")
-RAY_STORE_USED_SERIES = "ray_object_store_used_memory"  # shared memory in use
-RAY_STORE_AVAILABLE_SERIES = "ray_object_store_available_memory"  # used + available = capacity
-RAY_SPILLED_BYTES_SERIES = "ray_spill_manager_objects_bytes"  # State="Spilled": bytes spilled
-RAY_SPILLED_OBJECTS_SERIES = "ray_spill_manager_request_total"  # Type="Spilled": objects
+RAY_NODE_STORE_USED = "ray_object_store_used_memory"  # shared memory in use
+RAY_NODE_STORE_AVAILABLE = "ray_object_store_available_memory"  # used + available = capacity
+RAY_NODE_SPILLED_BYTES = "ray_spill_manager_objects_bytes"  # State="Spilled": bytes spilled
+RAY_NODE_SPILLED_OBJECTS = "ray_spill_manager_request_total"  # Type="Spilled": objects
 RAY_SPILLED_BYTES_MATCHER = 'State="Spilled"'
 RAY_SPILLED_OBJECTS_MATCHER = 'Type="Spilled"'
 # The exception classes of a put Ray refused for want of room (error_type of a Ray op, as
