@@ -133,11 +133,16 @@ def job() -> dict:
 
 
 def scrape_all(sd_dir: str | None) -> list[dict]:
-    """Every registered dpobs target's labels and samples, [name, labels, value] each."""
+    """Every registered dpobs target's labels and samples, [name, labels, value] each (not
+    the stores' own exporters registered beside them: Ray's nodes)."""
     from prometheus_client.parser import text_string_to_metric_families
+
+    from dpobs_otel.names import STORE_ROLES
     out = []
     for path in sorted(glob.glob(os.path.join(sd_dir or "/nonexistent", "*.json"))):
         for entry in json.load(open(path)):
+            if entry["labels"].get("role") in STORE_ROLES:
+                continue
             for target in entry["targets"]:
                 try:
                     body = urllib.request.urlopen(f"http://{target}/metrics", timeout=10).read()

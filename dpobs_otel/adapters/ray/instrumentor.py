@@ -11,7 +11,8 @@ the cluster's environment) does the same when it imports Ray, so its side of eac
 (ray_args, ray_return) is measured too. dpobs starts at a process's first measured op
 (`dpobs.start()`, settings from DPOBS_*); without DPOBS_ROLE a worker's role is its actor
 class and a driver's `driver`. Ray's own processes (dashboard, agents, monitors) import Ray
-too: they are recognised by their program and never measured. A Ray outside the supported
+too: they are recognised by their program and never measured. A driver with an sd_dir also
+announces each Ray node's own exporter there (nodes.py). A Ray outside the supported
 range, or with dpobs switched off, is left exactly as it is.
 """
 from __future__ import annotations
@@ -62,10 +63,17 @@ class RayInstrumentor(Instrumentor):
             return
         from ...shims.ray_private import missing
         from .meter import RayMeter
+        from .nodes import announce
         from .patching import install
         lacking = missing()
-        per_process = PerProcess(lambda tel: RayMeter(tel, lacking), "Ray's object store",
-                                 kwargs.get("telemetry"), _defaults)
+
+        def build(tel):  # a driver also announces Ray's node exporters (nodes.py)
+            self._nodes = announce(tel)
+            return RayMeter(tel, lacking)
+
+        self._nodes = None
+        per_process = PerProcess(build, "Ray's object store", kwargs.get("telemetry"),
+                                 _defaults)
         self._per_process = per_process
         self._undo = install(per_process, lacking)
 
@@ -73,6 +81,9 @@ class RayInstrumentor(Instrumentor):
         for undo in reversed(self._undo):
             undo()
         self._undo = []
+        if getattr(self, "_nodes", None) is not None:
+            self._nodes.close()
+            self._nodes = None
         if getattr(self, "_per_process", None) is not None:
             self._per_process.close()
             self._per_process = None

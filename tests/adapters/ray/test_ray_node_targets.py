@@ -1,0 +1,121 @@
+"""Ray's own node exporters discovered beside dpobs's processes (issue 44, item 1): a measured
+driver with an sd_dir announces each node's metrics export port there, labelled so the rules
+can select it and dpobs's readers skip it, and the entry goes with Ray or with the driver,
+however it goes (adapters/ray/nodes.py). A live Prometheus scraping it: test_ray_store_alerts.py.
+"""
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from dpobs_otel import names
+from dpobs_otel.adapters.ray.nodes import exporters
+from dpobs_otel.agent.config import agent_config
+from dpobs_otel.exporters.filesd import sweep
+from helpers.ray_nodes import PATTERN, files
+from helpers.ray_runs import TESTS, run_job
+from dpobs_otel.testing.transferqueue import LOOPBACK_ENV
+
+JOB = "raynodes"
+
+
+@pytest.fixture(scope="module")
+def announced(tmp_path_factory):
+    """One driver's run: Ray up, its node announced, Ray down (helpers/ray_nodes.py)."""
+    tmp = tmp_path_factory.mktemp("ray-nodes")
+    sd = tmp / "sd"
+    out = run_job(tmp, "helpers.ray_nodes", timeout=120, DPOBS_AUTO="1", DPOBS_SD_DIR=str(sd),
+                  DPOBS_JOB=JOB)
+    return out, sd
+
+
+def test_each_alive_node_is_announced_at_its_metrics_export_port(announced):
+    out, _ = announced
+    [node] = out["nodes"]  # one local Ray: one node, as Ray itself lists it
+    address, port = node["NodeManagerAddress"], node["MetricsExportPort"]
+    [(name, doc)] = out["files"].items()
+    assert doc == [{"targets": [f"{address}:{port}"],
+                    "labels": {"job": JOB, "role": names.ROLE_RAY_NODE, "node": address,
+                               names.SOURCE_LABEL: names.SOURCE_RAY}}]
+    assert fnmatch.fnmatch(name, PATTERN) and name.endswith(".0.json")  # a shared target
+
+
+def test_the_target_serves_ray_s_series_of_the_node_it_is_labelled_with(announced):
+    out, _ = announced
+    [(target, lines)] = out["lines"].items()
+    node = out["nodes"][0]["NodeManagerAddress"]
+    assert lines, "Ray's exporter served no ray_object_store_memory"
+    # Ray labels its own series with NodeAddress: the entry's node label is that address.
+    assert all(f'NodeAddress="{node}"' in line for line in lines), lines
+
+
+def test_dpobs_s_readers_list_it_only_among_the_stores(announced):
+    out, _ = announced
+    target = next(iter(out["lines"]))
+    assert target not in out["readers"]["processes"]  # the driver's own endpoint is there
+    assert len(out["readers"]["processes"]) == 1
+    assert target in out["readers"]["stores"]
+
+
+def test_ray_shutdown_withdraws_it_and_the_driver_leaves_nothing(announced):
+    out, sd = announced
+    assert out["after_shutdown"] == {}
+    assert files(str(sd)) == {} and not list(sd.glob(".dpobs-*"))
+
+
+def test_a_killed_driver_s_entry_is_swept(tmp_path):
+    """SIGKILL runs no exit handler: the entry stays, and the sweep (every dpobs.start(), the
+    agent's cleaner) removes it because no live process holds its lock any more."""
+    sd = tmp_path / "sd"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DPOBS_", "OTEL_"))}
+    env.update(LOOPBACK_ENV, PYTHONPATH=str(TESTS), DPOBS_AUTO="1", DPOBS_SD_DIR=str(sd),
+               DPOBS_JOB=JOB, RAYNODES_HOLD="1")
+    out = tmp_path / "out.json"
+    proc = subprocess.Popen([sys.executable, "-m", "helpers.ray_nodes", str(out)], env=env,
+                            cwd=tmp_path, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90
+        while not out.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert out.exists(), f"the driver did not get as far as its entry (rc {proc.poll()})"
+        held = json.loads(out.read_text())["files"]
+        assert held and set(held) == set(files(str(sd)))
+        assert sweep(str(sd)) == []  # its driver lives: kept
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the driver and the Ray it started
+        proc.wait(timeout=30)
+    assert set(files(str(sd))) == set(held)  # nothing removed it
+    swept = [Path(p).name for p in sweep(str(sd))]  # the driver's own file with it
+    assert sorted(n for n in swept if fnmatch.fnmatch(n, PATTERN)) == sorted(held)
+    assert files(str(sd)) == {}
+
+
+def test_the_agent_s_file_sd_reads_the_entry_beside_the_processes(tmp_path):
+    """The configs read every *.json in the directory: the node's file among them."""
+    cfg = agent_config(str(tmp_path), "http://127.0.0.1:9/api/v1/write", "n1")
+    [pattern] = [f for sc in cfg["scrape_configs"] for c in sc.get("file_sd_configs", [])
+                 for f in c["files"]]
+    name = "ray-node-job-127.0.0.1_4000@0123456789ab.0.json"
+    assert fnmatch.fnmatch(str(tmp_path / name), pattern)
+
+
+@pytest.mark.parametrize("nodes, want", [
+    ([{"Alive": True, "NodeManagerAddress": "10.0.0.2", "MetricsExportPort": 8080}],
+     {"10.0.0.2:8080": "10.0.0.2"}),
+    # A dead node, a node without an exporter (port 0: Ray's metrics off): neither announced.
+    ([{"Alive": False, "NodeManagerAddress": "10.0.0.3", "MetricsExportPort": 8080},
+      {"Alive": True, "NodeManagerAddress": "10.0.0.4", "MetricsExportPort": 0}], {}),
+    ([{"Alive": True, "NodeManagerAddress": "fd00::5", "MetricsExportPort": 9}],
+     {"[fd00::5]:9": "fd00::5"}),
+])
+def test_which_nodes_are_announced(nodes, want):
+    assert exporters(nodes) == want
