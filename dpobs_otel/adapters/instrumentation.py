@@ -241,6 +241,9 @@ class PerProcess:
         self._adapter = None
         self._tel = None
         self.started = None  # the Telemetry this object started, if any
+        # (pid, adapter) once built in that pid: an op's wrapper reads it with no Python call
+        # (os.getpid() is a C one) and calls adapter() only when the pid differs
+        self.ready = (None, None)
 
     def telemetry(self):
         """This process's Telemetry (started on first use), or None if it cannot start."""
@@ -253,6 +256,7 @@ class PerProcess:
             if self._pid != os.getpid():
                 self._adapter = self._build()
                 self._pid = os.getpid()
+                self.ready = (self._pid, self._adapter)
         return self._adapter
 
     def _build(self):
@@ -274,3 +278,4 @@ class PerProcess:
         if self.started is not None and self._pid == os.getpid():
             _SHARED.release(self)
         self.started = self._adapter = self._pid = self._tel = None
+        self.ready = (None, None)

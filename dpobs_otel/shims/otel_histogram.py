@@ -40,32 +40,34 @@ class OpRecords(dict):
 
 class ClassicRecord:
     """`record(value)` of an explicit-bucket histogram (the SDK's own aggregation, no native
-    buckets) and one attribute set: after the first record, straight into the aggregations
-    that record reached, as row age's bulk add does (otel_sdk.histogram_aggregations finds
-    them and checks their fields and bounds). Where they are not as known, `record` each
-    time. Readers are fixed when a Telemetry starts, so the aggregations found stay the
-    ones every reader collects."""
-    __slots__ = ("_instrument", "_attrs", "_boundaries", "_one", "_aggs", "_on_error")
+    buckets) and one attribute set, many values at a time: after the first record, straight
+    into the aggregations that record reached, one update of each per batch, as row age's
+    bulk add does (otel_sdk.histogram_aggregations finds them and checks their fields and
+    bounds). Where they are not as known, `record` each value. Readers are fixed when a
+    Telemetry starts, so the aggregations found stay the ones every reader collects."""
+    __slots__ = ("_instrument", "_attrs", "_boundaries", "_aggs", "_on_error")
 
     def __init__(self, instrument, attributes: dict, boundaries: tuple, on_error=None):
         self._instrument = instrument
         self._attrs = attributes
         self._boundaries = tuple(float(b) for b in boundaries)
-        # bucket index -> its counts for one value in it: bulk_add's input, made once
-        n = len(self._boundaries) + 1
-        self._one = [[int(i == j) for j in range(n)] for i in range(n)]
         self._aggs = None  # None: not found yet; []: never (record it is)
         self._on_error = on_error  # (component, exc)
 
-    def __call__(self, value: float) -> None:
-        aggs = self._aggs
+    def many(self, values: list) -> None:
+        """As record(v) for each of `values` (a non-empty list)."""
         try:
+            aggs = self._aggs
             if aggs:
-                one = self._one[bisect_left(self._boundaries, value)]
+                counts = [0] * (len(self._boundaries) + 1)
+                for v in values:
+                    counts[bisect_left(self._boundaries, v)] += 1
+                total, low, top = sum(values), min(values), max(values)
                 for agg in aggs:
-                    bulk_add(agg, one, value, value, value)
+                    bulk_add(agg, counts, total, low, top)
                 return
-            self._instrument.record(value, self._attrs)
+            for v in values:
+                self._instrument.record(v, self._attrs)
             if aggs is None:
                 self._aggs = histogram_aggregations(self._instrument, self._attrs,
                                                     self._boundaries)

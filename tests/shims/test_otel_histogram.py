@@ -109,10 +109,15 @@ def test_a_classic_record_and_record_hold_the_same_points(pair):
                for op in ("ray_put", "ray_get")}
     rng = random.Random(11)
     for rnd in range(3):
-        for _ in range(300):
-            op, v = rng.choice(("ray_put", "ray_get")), rng.lognormvariate(-8, 2)
-            records[op](v)
-            hists[1].record(v, {"op": op})
+        for size in (1, 7, 300):  # a batch of one, a few, many
+            batch = {"ray_put": [], "ray_get": []}
+            for _ in range(size):
+                op, v = rng.choice(("ray_put", "ray_get")), rng.lognormvariate(-8, 2)
+                batch[op].append(v)
+                hists[1].record(v, {"op": op})
+            for op, values in batch.items():
+                if values:
+                    records[op].many(values)
         a, b = _points(ed, names.RAY_SERIALIZATION), _points(ep, names.RAY_SERIALIZATION)
         assert set(a) == {"ray_put", "ray_get"}
         for op in a:

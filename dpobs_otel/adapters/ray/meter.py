@@ -21,6 +21,7 @@ from .methods import Methods
 
 MB = 1e6
 PRUNE_EVERY = 4096  # puts held before the owned map is checked against Ray's references
+DRAIN_AT = 512  # ops recorded before they are added up, whether or not anything collects
 # The direction of serialization work an op does, if any.
 READS = frozenset(op for op, d in names.RAY_OPS.items() if d == "read")
 SERIALIZES = {names.RAY_PUT: "serialize", names.RAY_CALL: "serialize",
@@ -36,6 +37,10 @@ class RayMeter:
                                RuntimeError(f"Ray lacks {', '.join(lacking)}"))
         self.methods = Methods()
         self._lock = threading.Lock()
+        self._drain_lock = threading.Lock()
+        # ops recorded, not yet added up: record()'s arguments, in order (ops.py appends its
+        # wrappers' records here itself, and drains at DRAIN_AT as record() does)
+        self.pending: list[tuple] = []
         self._ops: dict[tuple, OpStats] = {}  # (op, method or None) -> totals
         self._errors: dict[tuple, int] = {}  # (op, method or None, error type) -> calls
         self._serialization: dict[str, float] = {}  # op -> seconds in Ray's serializer
@@ -58,17 +63,55 @@ class RayMeter:
     def record(self, op: str, method, dt: float, keys: int, nbytes: int = 0,
                serialization: float = 0.0, error: str | None = None, owned=None) -> None:
         """One Ray op: its duration, keys, bytes (in the op's direction), the seconds of it
-        spent serializing, its error type if it raised, and the object id it put (owned)."""
-        t0 = perf_counter()
-        key = (op, method)
-        record = self._records.get(key) or self._bind(op, method)
-        record(dt)
-        if op in SERIALIZES and (serialization or error is None):
-            self._ser_records[op](serialization)
-        with self._lock:  # one lock per op: the numbers, the owned map, dpobs's own time
-            s = self._ops.get(key)
+        spent serializing, its error type if it raised, and the binary id of the object it
+        put (owned). Kept as it is until the next collection, window() or DRAIN_AT ops, then
+        added up in one batch: run between Ray's own calls, the account's work cost several
+        times what it costs run back to back (docs/development/performance.md)."""
+        pending = self.pending
+        pending.append((op, method, dt, keys, nbytes, serialization, error, owned))
+        if len(pending) >= DRAIN_AT:
+            self.drain()
+
+    def drain(self) -> None:
+        """Add every op recorded so far to the histograms and totals (collection, window()
+        and record() call it; safe from any thread)."""
+        with self._drain_lock:
+            t0 = perf_counter()
+            n = len(self.pending)
+            if not n:
+                return
+            batch = self.pending[:n]
+            del self.pending[:n]  # one step under the GIL: appends meanwhile stay queued
+            self._histograms(batch)
+            with self._lock:
+                grown = self._totals(batch)
+                self._own_seconds += perf_counter() - t0
+        if grown:  # a process nothing scrapes must not keep every put
+            self._prune()
+
+    def _histograms(self, batch) -> None:
+        """The batch's op durations and serialization seconds into their histograms, grouped
+        by attribute set (one bulk update of each serialization aggregation)."""
+        durations, serialization = {}, {}
+        for op, method, dt, _, _, seconds, error, _ in batch:
+            durations.setdefault((op, method), []).append(dt)
+            if op in SERIALIZES and (seconds or error is None):
+                serialization.setdefault(op, []).append(seconds)
+        for key, values in durations.items():
+            record = self._records.get(key) or self._bind(*key)
+            for v in values:
+                record(v)
+        for op, values in serialization.items():
+            self._ser_records[op].many(values)
+
+    def _totals(self, batch) -> bool:
+        """Adds `batch` to the totals (under self._lock); is the owned map due a prune?"""
+        ops, owned = self._ops, None
+        for op, method, dt, keys, nbytes, serialization, error, owned_id in batch:
+            key = (op, method)
+            s = ops.get(key)
             if s is None:
-                s = self._ops[key] = OpStats()
+                s = ops[key] = OpStats()
             s.calls += 1
             s.seconds += dt
             s.keys += keys
@@ -82,12 +125,10 @@ class RayMeter:
                 self._errors[ekey] = self._errors.get(ekey, 0) + 1
             if serialization:
                 self._serialization[op] = self._serialization.get(op, 0.0) + serialization
-            if owned is not None:
-                self._owned[owned] = nbytes
-                grown = len(self._owned) >= self._prune_at
-            self._own_seconds += perf_counter() - t0
-        if owned is not None and grown:  # a process nothing scrapes must not keep every put
-            self._prune()
+            if owned_id is not None:
+                owned = self._owned
+                owned[owned_id.hex()] = nbytes
+        return owned is not None and len(owned) >= self._prune_at
 
     def _bind(self, op, method) -> BoundRecord:
         attrs = {"op": op} if method is None else {"op": op, names.RAY_METHOD: method}
@@ -108,7 +149,11 @@ class RayMeter:
 
     # -- collection -------------------------------------------------------------------------
     def observe(self, instrument: str) -> list:
+        """The Observations of one of the core's shared instruments (stats.accounts). The SDK
+        calls these callbacks before it collects its histograms, so the drain here puts every
+        op recorded so far into both."""
         from opentelemetry.metrics import Observation
+        self.drain()
 
         def attrs(op, method, **more):
             out = {"op": op, **more}
@@ -132,6 +177,7 @@ class RayMeter:
 
     def _observe_owned(self) -> list:
         from opentelemetry.metrics import Observation
+        self.drain()
         self._prune()
         with self._lock:
             return [Observation(sum(self._owned.values()))]
@@ -141,6 +187,7 @@ class RayMeter:
         (every op once used, summed over methods), dpobs's own time on them
         (`dpobs/ray/instrumentation_s`) and `dpobs/ray/owned_mb`."""
         now: dict[str, float] = {}
+        self.drain()
         with self._lock:
             for (op, _), s in self._ops.items():
                 p = f"dpobs/ray/{op}/"

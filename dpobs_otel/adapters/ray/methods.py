@@ -52,6 +52,7 @@ class Methods:
         self._max_names = max_names
         self._refs: dict[bytes, str] = {}
         self._max_refs = max_refs
+        self.known = False  # has any call returned a ref? (a get then asks of())
 
     def label(self, cls: str, name: str) -> str:
         full = f"{cls}.{name}" if cls else name
@@ -66,6 +67,7 @@ class Methods:
     def returned(self, result, method: str) -> None:
         """Remember the refs a call returned (one, a list of them, or a generator's none)."""
         refs = result if isinstance(result, (list, tuple)) else (result,)
+        self.known = True
         with self._lock:
             for ref in refs:
                 binary = getattr(ref, "binary", None)

@@ -15,10 +15,12 @@ from __future__ import annotations
 import functools
 import sys
 import threading
+from os import getpid
 from time import perf_counter
 
 from ... import names
 from ...shims import ray_private as ray_names
+from .meter import DRAIN_AT
 from .methods import carried, internal
 
 _local = threading.local()
@@ -27,14 +29,12 @@ _local = threading.local()
 class Frame:
     """What Ray's serializer did for one op on this thread: objects, their bytes, seconds.
     op None: a call dpobs does not measure (an actor's creation) whose serialization must
-    not count as anything else."""
-    __slots__ = ("op", "count", "nbytes", "seconds", "skip")
-
-    def __init__(self, op, skip=()):
-        self.op = op
-        self.count = self.nbytes = 0
-        self.seconds = 0.0
-        self.skip = skip  # ids of the objects Ray serializes that are not arguments
+    not count as anything else. Made as Frame() and its fields set after: a class without
+    an __init__ costs no Python call, on every op."""
+    op = None
+    count = nbytes = 0
+    seconds = 0.0
+    skip = ()  # ids of the objects Ray serializes that are not arguments
 
 
 def _frame():
@@ -44,32 +44,57 @@ def _frame():
 class Patches:
     """The measured functions, each closing over Ray's own and the per-process meter."""
 
-    def __init__(self, meter, failed):
-        self.meter = meter  # () -> RayMeter, or None when dpobs is off or cannot start
+    def __init__(self, per_process, failed):
+        # per_process.adapter() -> RayMeter, or None when dpobs is off or cannot start;
+        # per_process.ready: (pid, that meter) once built, read without a call on each op
+        self.per_process = per_process
         self.failed = failed  # (exc) -> None: dpobs's own failure, counted
         self._worker = None  # is this process a Ray worker? read once Ray has connected
 
+    def meter(self):
+        return self.per_process.adapter()
+
     # -- one measured call ------------------------------------------------------------------
-    def run(self, op, fn, args, kwargs, skip=(), done=None, method=None):
-        """fn(*args, **kwargs) as op `op`; done(meter, result, dt, frame, args, kwargs)
-        records it; a raise is recorded as a failed `op` of `method` (a get's: its refs')."""
-        meter = self.meter()
-        if meter is None:
-            return fn(*args, **kwargs)
-        frame = Frame(op, skip)
-        outer, _local.frame = _frame(), frame
-        t0 = perf_counter()
-        try:
-            result = fn(*args, **kwargs)
-        except BaseException as exc:
+    def measured(self, op, fn, entry, skip=(), method=None):
+        """fn, measured as op `op`: entry(result, dt, frame, args, kwargs) gives the account's
+        record (RayMeter.record's arguments, in order) of a call that returned; one that
+        raised is recorded as a failed `op` of `method`. `skip`: ids of the objects Ray
+        serializes that are not the op's. Every line here runs on each Ray op, between
+        Ray's own calls, where each Python call costs several times what it costs in a
+        loop: so the meter is read without one and the record appended in place."""
+        per_process, local = self.per_process, _local
+
+        def call(*args, **kwargs):
+            pid, meter = per_process.ready
+            if pid != getpid():
+                meter = per_process.adapter()
+            if meter is None:
+                return fn(*args, **kwargs)
+            frame = Frame()
+            frame.op = op
+            if skip:
+                frame.skip = skip
+            outer = getattr(local, "frame", None)
+            local.frame = frame
+            t0 = perf_counter()
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException as exc:
+                local.frame = outer
+                self._safely(self._failed, meter, op, method, args, kwargs,
+                             perf_counter() - t0, frame, exc)
+                raise
             dt = perf_counter() - t0
-            _local.frame = outer
-            self._safely(self._failed, meter, op, method, args, kwargs, dt, frame, exc)
-            raise
-        dt = perf_counter() - t0
-        _local.frame = outer
-        self._safely(done, meter, result, dt, frame, args, kwargs)
-        return result
+            local.frame = outer
+            try:
+                pending = meter.pending
+                pending.append(entry(result, dt, frame, args, kwargs))
+                if len(pending) >= DRAIN_AT:
+                    meter.drain()
+            except Exception as exc:
+                self.failed(exc)
+            return result
+        return call
 
     def _safely(self, fn, *args):
         """fn(*args), or None where dpobs's own fn raised (counted)."""
@@ -89,28 +114,30 @@ class Patches:
 
     # -- ray.put, ray.get, ray.wait ----------------------------------------------------------
     def put(self, fn):
-        def done(meter, ref, dt, frame, args, kwargs):
-            meter.record(names.RAY_PUT, None, dt, 1, frame.nbytes, frame.seconds,
-                         owned=ref.hex())
-        return self._wrap(fn, names.RAY_PUT, done)
+        def entry(ref, dt, frame, args, kwargs):
+            return (names.RAY_PUT, None, dt, 1, frame.nbytes, frame.seconds, None,
+                    ref.binary())
+        return self._wrap(fn, names.RAY_PUT, entry)
 
     def get(self, fn):
-        def done(meter, values, dt, frame, args, kwargs):
-            refs = _refs(args, kwargs, "object_refs")
-            meter.record(names.RAY_GET, self._safely(meter.methods.of, refs), dt, len(refs),
-                         frame.nbytes, frame.seconds)
-        return self._wrap(fn, names.RAY_GET, done)
+        def entry(values, dt, frame, args, kwargs):
+            refs = args[0] if args else kwargs.get("object_refs")
+            if isinstance(refs, (list, tuple)):
+                keys = len(refs)
+            else:
+                keys, refs = 1, (refs,)
+            methods = self.per_process.ready[1].methods
+            method = self._safely(methods.of, refs) if methods.known else None
+            return (names.RAY_GET, method, dt, keys, frame.nbytes, frame.seconds, None, None)
+        return self._wrap(fn, names.RAY_GET, entry)
 
     def wait(self, fn):
-        def done(meter, result, dt, frame, args, kwargs):
-            meter.record(names.RAY_WAIT, None, dt, len(result[0]))
-        return self._wrap(fn, names.RAY_WAIT, done)
+        def entry(result, dt, frame, args, kwargs):
+            return (names.RAY_WAIT, None, dt, len(result[0]), 0, 0.0, None, None)
+        return self._wrap(fn, names.RAY_WAIT, entry)
 
-    def _wrap(self, fn, op, done):
-        @functools.wraps(fn)
-        def measured(*args, **kwargs):
-            return self.run(op, fn, args, kwargs, done=done)
-        return measured
+    def _wrap(self, fn, op, entry):
+        return functools.wraps(fn)(self.measured(op, fn, entry))
 
     # -- a remote call's submission ----------------------------------------------------------
     def actor_call(self, fn):
@@ -136,19 +163,20 @@ class Patches:
         return _remote
 
     def _call(self, fn, label, args, options, call_kwargs):
-        def done(meter, result, dt, frame, args, kwargs):
-            meter.record(names.RAY_CALL, label, dt, frame.count, frame.nbytes, frame.seconds)
-            self._safely(meter.methods.returned, result, label)
+        def entry(result, dt, frame, args, kwargs):
+            self._safely(self.per_process.ready[1].methods.returned, result, label)
+            return (names.RAY_CALL, label, dt, frame.count, frame.nbytes, frame.seconds,
+                    None, None)
         # Ray serializes a keyword argument's name beside its value, and a marker beside each
         # positional one: neither is an argument.
         skip = frozenset(map(id, call_kwargs or ()))
-        return self.run(names.RAY_CALL, fn, args, options, skip=skip, done=done, method=label)
+        return self.measured(names.RAY_CALL, fn, entry, skip, label)(*args, **options)
 
     def unmeasured_call(self, fn):
         """An actor's creation: its arguments are not a measured op's (nor a return's)."""
         @functools.wraps(fn)
         def _remote(*args, **kwargs):
-            outer, _local.frame = _frame(), Frame(None)
+            outer, _local.frame = _frame(), Frame()
             try:
                 return fn(*args, **kwargs)
             finally:
@@ -157,14 +185,14 @@ class Patches:
 
     # -- Ray's serializer --------------------------------------------------------------------
     def serialize(self, fn):
-        dummy = ray_names.lookup(ray_names.DUMMY)
+        dummy, local = ray_names.lookup(ray_names.DUMMY), _local
 
         @functools.wraps(fn)
         def serialize(context, value, *args, **kwargs):
             t0 = perf_counter()
             out = fn(context, value, *args, **kwargs)
             dt = perf_counter() - t0
-            frame = _frame()
+            frame = getattr(local, "frame", None)
             try:
                 if frame is not None:
                     if frame.op is not None and value is not dummy \
@@ -180,12 +208,14 @@ class Patches:
         return serialize
 
     def deserialize(self, fn):
+        local = _local
+
         @functools.wraps(fn)
         def deserialize_objects(worker, serialized, refs, *args, **kwargs):
             t0 = perf_counter()
             out = fn(worker, serialized, refs, *args, **kwargs)
             dt = perf_counter() - t0
-            frame = _frame()
+            frame = getattr(local, "frame", None)
             try:
                 if frame is not None:
                     if frame.op is not None:

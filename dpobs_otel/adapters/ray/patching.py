@@ -56,4 +56,4 @@ def install(per_process, lacking) -> list:
         log.warning("dpobs: this Ray lacks %s: Ray ops are counted and timed, their bytes "
                     "and the workers' side left out", ", ".join(lacking))
     return [_replace(owner, attr, make)
-            for owner, attr, make in sites(Patches(per_process.adapter, failed), lacking)]
+            for owner, attr, make in sites(Patches(per_process, failed), lacking)]

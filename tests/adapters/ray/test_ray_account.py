@@ -78,7 +78,7 @@ def tel():
 
 
 def _ops(meter):
-    meter.record(names.RAY_PUT, None, 0.004, 1, 5000, 0.001, owned="00ff")
+    meter.record(names.RAY_PUT, None, 0.004, 1, 5000, 0.001, owned=bytes.fromhex("00ff"))
     meter.record(names.RAY_CALL, "A.f", 0.001, 2, 300, 0.0002)
     meter.record(names.RAY_GET, "A.f", 2.0, 3, 7000, 0.003)
     meter.record(names.RAY_GET, "A.f", 0.5, 1, 0, 0.0, error="GetTimeoutError")
@@ -134,14 +134,49 @@ def test_the_readers_keep_ray_ops_apart(tel):
     assert totals.ray_ops["ray_get"].read_bytes == 7000
 
 
+def test_every_record_is_added_up_once_whatever_thread_recorded_or_collected_it(tel):
+    """Records wait in `pending` until a collection, a window or DRAIN_AT of them: eight
+    threads recording while another reads windows (step_metrics' one caller) lose none and
+    count none twice."""
+    import threading
+    meter, stop, seen = RayMeter(tel), threading.Event(), []
+
+    def reader():
+        while not stop.is_set():
+            seen.append(meter.window().get("dpobs/ray/ray_get/calls", 0))
+
+    def writer(n):
+        for i in range(3000):
+            meter.record(names.RAY_GET, f"M.m{n}", 0.001, 2, 10)
+
+    readers = [threading.Thread(target=reader)]
+    writers = [threading.Thread(target=writer, args=(n,)) for n in range(8)]
+    for t in readers + writers:
+        t.start()
+    for t in writers:
+        t.join()
+    stop.set()
+    for t in readers:
+        t.join()
+    seen.append(meter.window()["dpobs/ray/ray_get/calls"])
+    assert sum(seen) == 8 * 3000 and not meter.pending
+    s = scrape_tel(tel)
+    for n in range(8):
+        assert value(s, names.KEYS_SERIES, op="ray_get", method=f"M.m{n}") == 6000
+        assert value(s, names.OP_DURATION_SERIES + "_count", op="ray_get",
+                     method=f"M.m{n}") == 3000
+
+
 def test_owned_bytes_forget_what_the_process_no_longer_references(tel, monkeypatch):
     from dpobs_otel.adapters.ray import meter as ray_meter
     from dpobs_otel.shims import ray_private
     live = {f"{i:04x}" for i in range(10)}  # what Ray's reference table still holds
     monkeypatch.setattr(ray_private, "referenced", lambda: live)
     monkeypatch.setattr(ray_meter, "PRUNE_EVERY", 16)
+    monkeypatch.setattr(ray_meter, "DRAIN_AT", 4)
     m = RayMeter(tel)
-    for i in range(40):  # never scraped: the map is pruned as it grows
-        m.record(names.RAY_PUT, None, 0.001, 1, 100, owned=f"{i:04x}")
-        assert len(m._owned) < 32
+    for i in range(40):  # never scraped: the records are added up and the map pruned as
+        m.record(names.RAY_PUT, None, 0.001, 1, 100, owned=bytes.fromhex(f"{i:04x}"))
+        assert len(m.pending) < 4 and len(m._owned) < 32  # they grow
+    assert len(m._owned) >= 10
     assert value(scrape_tel(tel), names.RAY_OWNED_SERIES) == 10 * 100
