@@ -12,21 +12,12 @@ from __future__ import annotations
 from .. import names as n
 from ..agent.config import SELF_JOB
 from .config import Config
+from .ray_alerts import ray_alerts
 from .render import Group, Rule, rule_file
+from .render import alert as _alert
 from .rules import RECEIVE, SEND, counted
 
 PROC = "{{ $labels.role }} rank {{ $labels.rank }} ({{ $labels.instance }}, job {{ $labels.job }})"
-
-
-def _alert(c: Config, name: str, severity: str, expr: str, for_: str | None,
-           summary: str, description: str, why: str = "", threshold: str = ">0") -> Rule:
-    body = {"alert": name, "expr": expr}
-    if for_:
-        body["for"] = for_
-    body["labels"] = {"severity": severity}
-    body["annotations"] = {"summary": summary, "description": description,
-                           "runbook_url": c.runbook_url(name)}
-    return Rule(body, why, threshold)
 
 
 def _any_event(c: Config, metric: str, window: str) -> str:
@@ -304,7 +295,7 @@ def alert_groups(c: Config) -> list[Group]:
     return [Group("dpobs-wire-guard", _guard(c)), Group("dpobs-data-plane", _data_plane(c)),
             Group("dpobs-targets", _targets(c) + [_agent_down(c), _agent_delivery(c)]),
             Group("dpobs-instrumentation", _instrumentation(c)),
-            Group("dpobs-weights", _weights(c))]
+            Group("dpobs-weights", _weights(c)), Group("dpobs-ray", ray_alerts(c))]
 
 
 def _table(groups: list[Group]) -> str:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from .. import names as n
+
 # A placeholder, not a real site: point it where your copy of this repository's docs is
 # served (a GitHub blob URL renders docs/runbook.md with the heading anchors alerts link to).
 RUNBOOK_PLACEHOLDER = "https://github.com/example/dpobs-otel/blob/main"
@@ -36,6 +38,8 @@ class Config:
     # latencies): not Ray's ops, whose ray_get blocks for the remote method's whole run
     # (DESIGN.md, "Ray's object store as a data plane").
     data_plane_ops: str = 'op!~"ray_.*"'
+    # Ray's ops, the rest (their own account: seconds and bytes per method, serialization).
+    ray_ops: str = 'op=~"ray_.*"'
     # DpobsDataPlaneStraggler: a process's mean latency of an op at least `factor` x the
     # median of its role's, in a role of at least `min_processes` processes, for this long.
     straggler_factor: float = 2.0
@@ -82,6 +86,20 @@ class Config:
     # the measured clients made, below this for this long (1 = every client measured).
     unmeasured_coverage: float = 0.95
     unmeasured_for: str = "15m"
+    # Ray's own node series (object store, spilling): the label dpobs puts on the Ray
+    # exporters it registers (adapters/ray/nodes.py), so no other ray_* series counts.
+    ray_node_selector: str = f'{n.SOURCE_LABEL}="{n.SOURCE_RAY}"'
+    # DpobsRayObjectStoreSpilling: a node spilled objects within the 5m window while the
+    # job's Ray ops or steps ran, for this long (every window of it: spilling that recurs,
+    # not one burst; one burst keeps the window's rate above 0 for 5m).
+    ray_spilling_for: str = "10m"
+    # DpobsRayObjectStoreFull: a put refused for want of room (error_type one of these
+    # classes, on any Ray op, a method's RayTaskError(...) included) fires at once; a node's
+    # store above `frac` of its capacity (shared memory used / used + available) for the
+    # whole of `for` fires too.
+    ray_store_full_errors: str = "|".join(n.RAY_STORE_FULL_ERRORS)
+    ray_store_full_frac: float = 0.95
+    ray_store_full_for: str = "15m"
     # Who waits for whom (the overview's queue row, `dpobs top`, the demo's report; verdict
     # in readback/verdict.py): the roles that put rows and the roles that read them (regular
     # expressions over the role label), consumers waiting for rows (exposed time with no op

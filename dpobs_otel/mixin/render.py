@@ -48,6 +48,19 @@ class Rule:
     threshold: str = ""
 
 
+def alert(c, name: str, severity: str, expr: str, for_: str | None, summary: str,
+          description: str, why: str = "", threshold: str = ">0") -> Rule:
+    """An alerting rule of the mixin's form: severity label, the three annotations (its
+    runbook_url from `c`, the Config), and `threshold` for the alerts file's table."""
+    body = {"alert": name, "expr": expr}
+    if for_:
+        body["for"] = for_
+    body["labels"] = {"severity": severity}
+    body["annotations"] = {"summary": summary, "description": description,
+                           "runbook_url": c.runbook_url(name)}
+    return Rule(body, why, threshold)
+
+
 @dataclass
 class Group:
     name: str

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from .. import names as n
 from .config import Config
+from .ray_rules import ray_rules
 from .render import Group, Rule, rule_file
 from .store_rules import store_rules
 
@@ -32,17 +33,19 @@ def _rate(c: Config, metric: str, *labels: str, window: str = "5m",
     return f"sum {c.by(*labels)} (rate({c.sel(metric, *where)}[{window}]))"
 
 
-def _born_or_increase(c: Config, metric: str, window: str) -> str:
+def _born_or_increase(c: Config, metric: str, window: str, where: tuple[str, ...]) -> str:
     """Increase over the window, counting a series first seen inside it in full: a counter
     is born at its first increment and increase() needs two samples."""
-    s = c.sel(metric)
+    s = c.sel(metric, *where)
     return f"({s} unless {s} offset {window})\n  or increase({s}[{window}])"
 
 
-def counted(c: Config, metric: str, *labels: str, window: str = "5m") -> str:
+def counted(c: Config, metric: str, *labels: str, window: str = "5m",
+            where: tuple[str, ...] = ()) -> str:
     """A counter's events in the window summed by `labels`, series born in it counted whole
-    (the guard's records, the weight-mismatch alert, `dpobs top` read it alike)."""
-    body = _born_or_increase(c, metric, window).replace("\n", "\n  ")
+    (the guard's records, the weight-mismatch alert, `dpobs top` read it alike); `where`:
+    matchers beyond the job selector."""
+    body = _born_or_increase(c, metric, window, where).replace("\n", "\n  ")
     return f"sum {c.by(*labels)} (\n  {body}\n)"
 
 
@@ -244,7 +247,7 @@ def _agent_rules(c: Config) -> list[Rule]:
 def recording_groups(c: Config) -> list[Group]:
     rules = (_time_rules(c) + _frac_rules(c) + _latency_rules(c) + _volume_rules(c)
              + _guard_rules(c) + _row_age_rules(c) + _weight_rules(c) + store_rules(c)
-             + _agent_rules(c))
+             + ray_rules(c) + _agent_rules(c))
     groups = [Group("dpobs-recording", rules)]
     if c.native_quantile_interval:
         # Another group runs beside the first; its `and` reads the last recorded op rate.

@@ -137,7 +137,11 @@ def test_job_selector_reaches_every_raw_selector():
     seen = 0
     for r in rules_of(files, RECORDING) + rules_of(files, ALERTS):
         tokens = [t for _, t in tokenize(r["expr"])]
-        raw = [i for i, t in enumerate(tokens) if t == "up" or t.startswith("dpobs_")]
+        depth = [0] * len(tokens)  # inside a selector's braces: label names, not series
+        for i, t in enumerate(tokens[1:], 1):
+            depth[i] = depth[i - 1] + (tokens[i - 1] == "{") - (t == "}")
+        raw = [i for i, t in enumerate(tokens) if depth[i] == 0
+               and (t == "up" or t.startswith(("dpobs_", "ray_")))]
         for i in raw:  # raw series (recorded ones have a colon and are already selected)
             matchers = "".join(tokens[i + 1:tokens.index("}", i)]) if tokens[i + 1] == "{" else ""
             assert sel.replace(" ", "") in matchers, (r.get("record") or r["alert"], tokens[i])
