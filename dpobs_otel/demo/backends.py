@@ -11,18 +11,21 @@ interface by the same wrapper.
                    the driver's clears land within the step), MooncakeDataPlane per process
     transferqueue  a local Ray (127.0.0.1, no dashboard) with TransferQueue's controller and
                    one storage unit, TransferQueueDataPlane per process
+    ray            Ray's object store itself: no store to start here; the driver process
+                   starts its own local Ray (ray_plane.RayWorkload runs that workload)
 """
 from __future__ import annotations
 
 import importlib.util
 
-BACKENDS = ("memory", "transferqueue", "mooncake")
+BACKENDS = ("memory", "transferqueue", "mooncake", "ray")
 MOONCAKE_LEASE_MS = 200  # the demo's read lease: short, so a step's clear is not deferred long
 
 
 def available(name: str) -> str | None:
     """None when the backend can run here, else why not (what to install)."""
-    need = {"memory": None, "transferqueue": "transfer_queue", "mooncake": "mooncake.store"}
+    need = {"memory": None, "transferqueue": "transfer_queue", "mooncake": "mooncake.store",
+            "ray": "ray"}
     mod = need[name]
     try:
         if mod is None or importlib.util.find_spec(mod.split(".")[0]) is not None:

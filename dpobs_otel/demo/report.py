@@ -28,7 +28,8 @@ from .batches import Config
 from .critical import critical_path_lines
 from .queue import add_queue_arguments, check_queue, queue_lines
 from .truth import dp_seconds, frac_of_step, merge, op_shares, quantile  # noqa: F401 (API)
-from . import store_report
+from . import ray_report, store_report
+from .ray_plane import RayWorkload
 from .weightsync_report import add_weight_arguments, stack_mixin, weight_config, weight_lines
 from .workload import Workload
 
@@ -85,6 +86,8 @@ def config(args) -> Config:
     if args.rollout_ms < 0 or args.train_ms < 0:
         raise SystemExit("dpobs demo: --rollout-ms and --train-ms cannot be negative")
     check_queue(args)
+    if args.backend == "ray":
+        ray_report.refuse(args)
     missing = available(args.backend)
     if missing:
         raise SystemExit(f"dpobs demo: --backend {args.backend} needs: {missing}")
@@ -120,7 +123,7 @@ def session(cfg: Config, stack: Stack | None = None, on_ready=None, on_step=None
     with a stack, after Prometheus has scraped and evaluated the final state). With
     `cluster_log` (an open text file) and a file_sd directory, every step's cluster dict is
     appended to it as a JSON line, the way a driver would log it."""
-    with Workload(cfg) as wl:
+    with (RayWorkload if cfg.backend == "ray" else Workload)(cfg) as wl:
         if on_ready is not None:
             on_ready(wl)
         instances = [i["instance"] for i in wl.info.values()] + store_report.instances(cfg)
@@ -197,6 +200,8 @@ def metric_sum(samples, name: str) -> float:
 
 # -- the report ----------------------------------------------------------------------------
 def report(res: Result, stack: Stack | None, cfg: Config) -> str:
+    if cfg.backend == "ray":
+        return ray_report.report(res, cfg)
     keys = [k for k in res.info if k[0] != cfg.unmeasured]  # dpobs's numbers: theirs only
     total = merge(res.total(k) for k in keys)
     measured = merge(res.truth[k] for k in keys)

@@ -338,7 +338,7 @@ class Workload(Managed):
         # every message by kind, whichever is awaited.
         boxes = {"ready": self.info, "warm": self.warm, "done": self.truth}
         deadline = None if timeout is None else time.monotonic() + timeout
-        while len(into) < len(self.procs):
+        while len(into) < self._parties():
             try:
                 msg = self._queue.get(timeout=0.25)
             except queue_mod.Empty:
@@ -361,6 +361,10 @@ class Workload(Managed):
                     raise WorkloadError(f"timed out waiting for {kind!r} from "
                                         f"{sorted(set(self.procs) - set(into))}")
         return into
+
+    def _parties(self) -> int:
+        """How many processes report (ray_plane's driver reports for its actors too)."""
+        return len(self.procs)
 
     def close(self) -> None:
         """Release the processes (their endpoints close), stop the store. Idempotent."""
