@@ -15,6 +15,7 @@ from grafana_foundation_sdk.models.dashboard import DashboardCursorSync
 from .. import names as n
 from .config import DEFAULT, Config
 from .queue_panels import queue_panels
+from .ray_panels import ray_panels, ray_process_panels
 from .store_panels import store_panels
 from .weight_panels import weight_panels
 from .panels import (SECONDS_PER_SECOND, Query, checked_stat, counted, dashboard_link,
@@ -294,7 +295,8 @@ def overview(c: Config = DEFAULT) -> dashboard.Dashboard:
                 ("Wire guard", _guard_panels(c)),
                 ("Weight sync", weight_panels(c, _job(c), _matchers(c, "job", "node"))),
                 ("Who waits for whom: the queue", queue_panels(c, _job(c), _matchers(c, "job", "node"))),
-                ("The store's own account", store_panels(c, _job(c)))]
+                ("The store's own account", store_panels(c, _job(c))),
+                ("Ray object store", ray_panels(c, _job(c), _matchers(c, "job", "node")))]
     return _layout(d, sections)
 
 
@@ -346,7 +348,8 @@ def process(c: Config = DEFAULT) -> dashboard.Dashboard:
             "bytes", Query("sum by (node, role, instance) "
                            f"({n.OUTSTANDING_SIZE_SERIES}{proc})", who)),
     ]
-    return _layout(d, [("Per process", panels)])
+    return _layout(d, [("Per process", panels),
+                       ("Ray ops by method", ray_process_panels(c, proc))])
 
 
 def _dashboard(uid: str, title: str, description: str, link) -> dashboard.Dashboard:

@@ -34,7 +34,8 @@ PINNED = {f"{h}_{s}" for h in _HISTOGRAMS for s in ("bucket", "sum", "count")} |
     "dpobs_guard_fields_skipped_total", "dpobs_guard_failures_total",
     "dpobs_client_operation_duration_native_seconds",  # a native histogram: one series
     names.WEIGHTS_VERSION_SERIES, names.WEIGHTS_CHECKED_SERIES,
-    names.WEIGHTS_MISMATCHED_SERIES,
+    names.WEIGHTS_MISMATCHED_SERIES, f"{names.RAY_SERIALIZATION_SERIES}_sum",
+    names.RAY_OWNED_SERIES,
 }
 # TransferQueue's own series the overview reads raw (its exporter's spelling, exporter.py).
 STORE_SERIES = {tq.STORAGE_ACTIVE_KEYS}
@@ -330,3 +331,46 @@ def test_keys_sets_dpobs_beside_the_store_only_where_the_store_is_scraped(tmp_pa
     assert _promtool_eval(tmp_path, inputs, {
         store: [{"labels": '{job="j"}', "value": 7}],
         mine: [{"labels": '{job="j"}', "value": 6}]}) == ""
+
+
+# --- Ray's object store (issue 44) ---
+
+RAY_ROW = "Ray object store"
+RAY_ALERTS = (names.ALERT_RAY_STORE_SPILLING, names.ALERT_RAY_STORE_FULL)
+
+
+def _runbook_titles(alert: str) -> set[str]:
+    section = RUNBOOK.read_text().split(f"## {alert}", 1)[1].split("\n## ")[0]
+    # *Title*, not **Bold.** (the section's lead words)
+    return set(re.findall(r"(?<!\*)\*([^*]+)\*(?!\*)", " ".join(section.split())))
+
+
+def test_ray_row_has_the_panels_the_runbook_names():
+    """The two Ray alerts' runbook sections send the reader to the overview's row, the
+    process dashboard's row and panels by title: each title they print exists there."""
+    overview = {p["title"] for p in row_panels(load("dpobs-overview"), RAY_ROW)}
+    process = {p["title"] for p in row_panels(load("dpobs-process"), "Ray ops by method")}
+    rows = {r["title"] for uid in UIDS for r in load(uid)["panels"] if r["type"] == "row"}
+    assert {"Ray op seconds per step by method", "Ray bytes per step by method",
+            "Object store memory by location", "Object store used per node",
+            "Spilled per node", "Object-store bytes owned per process"} <= overview
+    for alert in RAY_ALERTS:
+        named = {t for t in _runbook_titles(alert) if t[0].isupper() and not t.endswith(".")}
+        panels_named = named & (overview | process | rows)
+        assert RAY_ROW in panels_named and len(panels_named) >= 4, (alert, named)
+        strays = {t for t in named - panels_named if t.startswith(("Ray ", "Object"))}
+        assert not strays, (alert, strays)  # a title the dashboards do not have
+
+
+def test_ray_row_reads_only_rays_records():
+    """Every query of the row reads the Ray records (ray_rules.py), none the data plane's,
+    so the row stays empty for a job without Ray and never mixes Ray's ops into it."""
+    ray = {r for r in recording_rules() if ":dpobs_ray_" in r or r.startswith((
+        "job_op_method", "job_node"))}
+    for p in row_panels(load("dpobs-overview"), RAY_ROW):
+        for t in p["targets"]:
+            read = metric_names(substitute(t["expr"], ".*"))
+            assert read and read <= ray, (p["title"], t["expr"])
+    for p in row_panels(load("dpobs-process"), "Ray ops by method"):
+        for t in p["targets"]:
+            assert 'op=~"ray_.*"' in t["expr"] or names.RAY_OWNED_SERIES in t["expr"], p["title"]
