@@ -1,0 +1,64 @@
+"""`dpobs compare` with Ray beside the stores: the default backends are four, each a column of
+one table; Ray's cells (its driver's put, call and get) stand beside its truth, and
+--verify-tensor-hash leaves Ray out with the reason."""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+
+import pytest
+
+from dpobs_otel import names as nm
+from dpobs_otel.demo import compare
+from dpobs_otel.demo.backends import BACKENDS, available
+
+pytestmark = pytest.mark.slow
+FOUR = ("memory", "transferqueue", "mooncake", "ray")
+
+
+def _args(*argv):
+    p = argparse.ArgumentParser()
+    compare.add_arguments(p)
+    return p.parse_args(list(argv))
+
+
+@pytest.fixture(scope="module")
+def results():
+    missing = [b for b in FOUR if available(b)]
+    if missing and not os.environ.get("CI"):
+        pytest.skip(f"not installed here: {', '.join(missing)}")
+    saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("DPOBS_")}
+    try:
+        return compare.collect(_args("--steps", "4", "--batch-size", "32"))
+    finally:
+        os.environ.update(saved)
+
+
+def test_the_default_is_four_backends_one_column_each(results):
+    assert BACKENDS == FOUR and _args().backends == ",".join(FOUR)
+    assert tuple(results) == FOUR
+    head = compare.table(results).splitlines()[2].split()
+    assert head == list(FOUR)
+
+
+def test_ray_s_cells_stand_beside_its_truth(results):
+    ray = results["ray"]["ops"]
+    assert set(ray) == {nm.RAY_PUT, nm.RAY_CALL, nm.RAY_GET}
+    for op, cells in ray.items():
+        assert cells["calls"][0] == cells["calls"][1], op
+        mean, truth = cells["mean ms"]
+        assert 0 < mean and truth > 0, op  # the rule leaves Ray out; compare reads the series
+        assert math.isnan(cells["share"][0]), op  # Ray ops are not data-plane time
+    assert ray[nm.RAY_CALL]["bytes/call"] == (0.0, 0.0)  # every argument by ref
+    for op in (nm.RAY_PUT, nm.RAY_GET):
+        rules, truth = ray[op]["bytes/call"]
+        assert rules == pytest.approx(truth, rel=0.01), op
+    # the stores keep their own ops; no Ray op in their columns
+    assert not any(op.startswith("ray_") for b in FOUR[:3] for op in results[b]["ops"])
+
+
+def test_the_guard_leaves_ray_out_with_the_reason(capsys):
+    assert compare._backends("memory,ray", verify=True) == ["memory"]
+    assert "skipping ray (--verify-tensor-hash: the guard does not ride Ray's object store)" \
+        in capsys.readouterr().err
