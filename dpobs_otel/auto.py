@@ -9,9 +9,10 @@ and no torch, ray or OpenTelemetry import.
 
 `install()` reads the off switch (DPOBS_DISABLED, OTEL_SDK_DISABLED) first: off, nothing is
 hooked. On, it puts a finder first on sys.meta_path that notices the import of
-`transfer_queue`, `mooncake.store`, `verl.checkpoint_engine` or `ray`; once the module has
-executed, its instrumentor (TransferQueueInstrumentor, MooncakeInstrumentor,
-VerlInstrumentor, RayInstrumentor) instruments it (dpobs.start() then runs
+`transfer_queue`, `mooncake.store`, `verl.checkpoint_engine`, verl's trainer
+(`verl.trainer.ppo.ray_trainer`) or `ray`; once the module has executed, its instrumentor
+(TransferQueueInstrumentor, MooncakeInstrumentor, VerlInstrumentor, VerlStepInstrumentor,
+RayInstrumentor) instruments it (dpobs.start() then runs
 lazily on the first measured call, every setting from DPOBS_*, role and rank included).
 Because it is environment-driven, it reaches every process an environment reaches: Ray
 actors through runtime_env={"env_vars": {"DPOBS_AUTO": "1", ...}}, torchrun and srun ranks,
@@ -35,6 +36,7 @@ import sys
 TARGETS = {"transfer_queue": ("transferqueue", "TransferQueueInstrumentor"),
            "mooncake.store": ("mooncake", "MooncakeInstrumentor"),
            "verl.checkpoint_engine": ("verl", "VerlInstrumentor"),
+           "verl.trainer.ppo.ray_trainer": ("verl", "VerlStepInstrumentor"),
            "ray": ("ray", "RayInstrumentor")}
 log = logging.getLogger("dpobs_otel.auto")
 

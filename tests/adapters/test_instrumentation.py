@@ -158,6 +158,7 @@ def test_entry_points_and_dpobs_auto_name_each_package_s_instrumentor():
                                         "TransferQueueInstrumentor",
                       "mooncake": "dpobs_otel.adapters.mooncake:MooncakeInstrumentor",
                       "verl": "dpobs_otel.adapters.verl:VerlInstrumentor",
+                      "verl_steps": "dpobs_otel.adapters.verl:VerlStepInstrumentor",
                       "ray": "dpobs_otel.adapters.ray:RayInstrumentor"}
     for target in points.values():
         where, cls = target.split(":")

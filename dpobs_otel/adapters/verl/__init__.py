@@ -18,6 +18,8 @@ base class, the backends verl ships and any registered later (a user's own, thro
                      or not), each the same kind as the engine's own
     syncs.py         one call measured: its version, its stream through tel.weights
     package.py       the verl releases it instruments
+    steps.py         VerlStepInstrumentor: the trainer's marked_timer("step") opens a dpobs
+                     step (entry point `verl_steps`, DPOBS_AUTO=1 on verl's ray_trainer)
 
 Only the instrumentor is imported with the package (the OpenTelemetry launcher loads every
 entry point at start-up); torch and dpobs_otel.weights load on the first measured call.
@@ -25,5 +27,6 @@ entry point at start-up); torch and dpobs_otel.weights load on the first measure
 from __future__ import annotations
 
 from .instrumentor import VerlInstrumentor
+from .steps import VerlStepInstrumentor
 
-__all__ = ["VerlInstrumentor"]
+__all__ = ["VerlInstrumentor", "VerlStepInstrumentor"]
