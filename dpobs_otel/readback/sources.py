@@ -17,7 +17,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from ..names import OP_DURATION_NATIVE_SERIES
+from ..names import OP_DURATION_NATIVE_SERIES, STORE_ROLES
 from . import protobody, scrape
 from .native import NativeHistogram
 from .prometheus import Prometheus, PrometheusError
@@ -89,6 +89,9 @@ class PrometheusSource:
 
     def read(self) -> Reading:
         m = f'job="{self.job}"' if self.job is not None else 'job=~".+"'
+        # not the stores' own exporters (a Ray node, TransferQueue's controller): up, no
+        # dpobs series, they would read as processes that serve nothing
+        m += f', role!~"{"|".join(sorted(STORE_ROLES))}"'
         # float samples only: the native histogram (a Prometheus with native histograms on)
         # is not a ProcessTotals input
         series = self.prom.query(f'{{__name__=~"dpobs_.+|target_info", '
