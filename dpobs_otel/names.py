@@ -204,10 +204,11 @@ SOURCE_LABEL = "dpobs_source"
 SOURCE_RAY = "ray"
 STORE_ROLES = frozenset({ROLE_TQ_CONTROLLER, ROLE_RAY_NODE})
 # Ray's node series the rules read (what its raylet exports on the node's metrics export
-# port; not dpobs's, hence no _SERIES suffix): the same names in Ray 2.49 (NeMo-RL's pin,
-# OpenCensus export; its metric_defs) and 2.60 (OpenTelemetry export, scraped live). Every
-# one a gauge, the two spill ones cumulative since the raylet started (rate() takes them
-# like counters).
+# port; not dpobs's, hence no _SERIES suffix): the same names and labels in Ray 2.49.2
+# (NeMo-RL's pin, OpenCensus export) and 2.60 (OpenTelemetry export), both scraped live. Ray
+# serves that port from its agent, which needs ray[default]'s dependencies (a bare `pip
+# install ray` 2.49 listens on none). Every one a gauge, the two spill ones cumulative since
+# the raylet started (rate() takes them like counters).
 RAY_NODE_STORE_MEMORY = "ray_object_store_memory"  # bytes by Location (below)
 RAY_STORE_LOCATION = "Location"
 RAY_STORE_LOCATIONS = ("MMAP_SHM", "MMAP_DISK", "SPILLED", "WORKER_HEAP")
