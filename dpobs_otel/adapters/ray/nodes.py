@@ -58,7 +58,10 @@ class NodeTargets:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="dpobs-ray-nodes", daemon=True)
+
+    def start(self) -> "NodeTargets":
         self._thread.start()
+        return self
 
     @property
     def announced(self) -> list[str]:
@@ -116,7 +119,7 @@ class NodeTargets:
     def close(self) -> None:
         """Stop, and withdraw every announcement (uninstrument, or a test's end)."""
         self._stop.set()
-        if self._thread is not threading.current_thread():
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
         self._withdraw(self.announced)
 
@@ -128,7 +131,7 @@ def announce(tel) -> NodeTargets | None:
     try:
         if not tel.settings.sd_dir or ray_private.in_worker():
             return None
-        return NodeTargets(tel)
+        return NodeTargets(tel).start()
     except Exception as exc:
         tel.internal_error(names.COMPONENT_FILE_SD, exc)
         return None

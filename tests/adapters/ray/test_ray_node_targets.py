@@ -12,12 +12,13 @@ import signal
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import pytest
 
 from dpobs_otel import names
-from dpobs_otel.adapters.ray.nodes import exporters
+from dpobs_otel.adapters.ray.nodes import NodeTargets, exporters
 from dpobs_otel.agent.config import agent_config
 from dpobs_otel.exporters.filesd import sweep
 from helpers.ray_nodes import PATTERN, files
@@ -119,3 +120,44 @@ def test_the_agent_s_file_sd_reads_the_entry_beside_the_processes(tmp_path):
 ])
 def test_which_nodes_are_announced(nodes, want):
     assert exporters(nodes) == want
+
+
+class FakeRay:
+    """What NodeTargets.refresh asks of Ray: the node list, whether Ray is up."""
+
+    def __init__(self, nodes):
+        self.list, self.up = nodes, True
+
+    def nodes(self):
+        if isinstance(self.list, Exception):
+            raise self.list
+        return self.list
+
+    def is_initialized(self):
+        return self.up
+
+
+def _node(address, port, alive=True):
+    return {"Alive": alive, "NodeManagerAddress": address, "MetricsExportPort": port}
+
+
+def test_nodes_that_join_are_announced_and_dead_ones_withdrawn(tmp_path):
+    errors = []
+    tel = types.SimpleNamespace(settings=types.SimpleNamespace(sd_dir=str(tmp_path), job=JOB),
+                                internal_error=lambda c, e: errors.append((c, e)))
+    targets = NodeTargets(tel)  # not started: refreshed by hand here
+    ray = FakeRay([_node("10.0.0.1", 8080)])
+    targets.refresh(ray)
+    ray.list = [_node("10.0.0.1", 8080, alive=False), _node("10.0.0.2", 8080)]
+    targets.refresh(ray)
+    held = {t for doc in files(str(tmp_path)).values() for e in doc for t in e["targets"]}
+    assert held == {"10.0.0.2:8080"} and targets.announced == ["10.0.0.2:8080"]
+    ray.list = RuntimeError("GCS unreachable")  # kept as it was, counted, never raised
+    targets.refresh(ray)
+    assert targets.announced == ["10.0.0.2:8080"]
+    assert [(c, str(e)) for c, e in errors] == [(names.COMPONENT_FILE_SD, "GCS unreachable")]
+    ray.up = False  # the same failure while Ray shuts down is no error of dpobs's
+    targets.refresh(ray)
+    assert len(errors) == 1
+    targets.close()
+    assert files(str(tmp_path)) == {}
