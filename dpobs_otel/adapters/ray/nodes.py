@@ -5,14 +5,16 @@ Each Ray node serves its own account of the object store (memory by location, sp
 pulls, the object manager's bytes) on its metrics export port, but Ray writes a file_sd file
 for those ports (prom_metrics_service_discovery.json) only where its dashboard runs, and a
 plain `pip install ray` has none. So a measured driver with an sd_dir announces every alive
-node's port there itself, once Ray is connected: one file per node,
+node's port there itself, once Ray is connected and the port answers (a bare Ray lists a port
+its missing agent never serves): one file per node,
 `ray-node-<job>-<ip>_<port>@<boot id>.0.json`, in the same JSON target format as every
 process's file, with labels job, role ray-node (names.STORE_ROLES: dpobs's readers skip it),
 node (Ray's NodeAddress, the IP Ray labels its own series with) and dpobs_source=ray (the
 rules' selector). The configs need nothing more: they already read every *.json there.
 
 Only drivers announce: a driver sees every node of its cluster, and workers are many. The
-list is read again every REFRESH_S (nodes that joined are added, dead ones dropped); the files
+list is read again every REFRESH_S (nodes that joined are added, dead ones dropped; sooner
+while a listed port does not answer yet); the files
 go when Ray disconnects (ray.shutdown()) or the driver exits, however it exits: each is a
 SharedFileSDTarget, so two drivers of one job on a host share one file and the last one out
 removes it, and a sweep removes it once no announcer lives (exporters/filesd.py).
@@ -23,6 +25,7 @@ counted under component file_sd, never raised.
 from __future__ import annotations
 
 import re
+import socket
 import threading
 from time import monotonic
 
@@ -33,6 +36,7 @@ __all__ = ["NodeTargets", "announce", "exporters"]
 
 REFRESH_S = 30.0  # how often a connected driver reads Ray's node list again
 POLL_S = 0.5  # how often it looks whether Ray is connected (a flag read, no call to Ray)
+PROBE_S = 1.0  # how long a node's exporter has to accept a connection
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")  # what a file name may not hold
 
 
@@ -46,6 +50,16 @@ def exporters(nodes: list[dict]) -> dict[str, str]:
         host = f"[{address}]" if ":" in address else address  # an IPv6 node
         out[f"{host}:{int(port)}"] = address
     return out
+
+
+def serving(target: str, timeout: float = PROBE_S) -> bool:
+    """Does something accept connections at target ("ip:port", "[ipv6]:port")?"""
+    host, _, port = target.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            return True
+    except (OSError, ValueError):
+        return False
 
 
 class NodeTargets:
@@ -70,29 +84,40 @@ class NodeTargets:
 
     def _run(self) -> None:
         import ray
-        due = 0.0  # when the node list is next read
+        due, wait = 0.0, POLL_S  # when the node list is next read, and the wait before that
         while not self._stop.is_set():
             if ray.is_initialized():
                 if monotonic() >= due:
-                    self.refresh(ray)
-                    due = monotonic() + REFRESH_S
+                    # an exporter not serving yet (Ray's agent starts after ray.init
+                    # returns): asked again soon, then less and less often
+                    wait = min(2 * wait, REFRESH_S) if self.refresh(ray) else REFRESH_S
+                    due = monotonic() + wait
             elif due:  # Ray went down (ray.shutdown()): its ports with it
                 self._withdraw(self.announced)
-                due = 0.0
+                due, wait = 0.0, POLL_S
             self._stop.wait(POLL_S)
 
-    def refresh(self, ray) -> None:
-        """Announce the nodes Ray lists now and withdraw the ones it no longer does."""
+    def refresh(self, ray) -> int:
+        """Announce the nodes Ray lists now whose exporter serves, and withdraw the ones it
+        no longer lists; returns how many listed nodes' exporters did not answer. Ray lists a
+        port even where nothing serves it (a bare `pip install ray` has no agent to export):
+        announced, it would only be a target that is down."""
         try:
             wanted = exporters(ray.nodes())
         except Exception as exc:
             if ray.is_initialized():  # not a shutdown racing the read
                 self._tel.internal_error(names.COMPONENT_FILE_SD, exc)
-            return
+            return 0
         self._withdraw([a for a in self.announced if a not in wanted])
+        silent = 0
         for target, node in wanted.items():
-            if target not in self._held:
+            if target in self._held:
+                continue
+            if serving(target):
                 self._announce(target, node)
+            else:
+                silent += 1
+        return silent
 
     def _announce(self, target: str, node: str) -> None:
         labels = {"job": self._job, "role": names.ROLE_RAY_NODE, "node": node,

@@ -9,6 +9,7 @@ import fnmatch
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -137,8 +138,9 @@ class FakeRay:
         return self.up
 
 
-def _node(address, port, alive=True):
-    return {"Alive": alive, "NodeManagerAddress": address, "MetricsExportPort": port}
+def _node(target, alive=True):
+    address, _, port = target.rpartition(":")
+    return {"Alive": alive, "NodeManagerAddress": address, "MetricsExportPort": int(port)}
 
 
 def test_nodes_that_join_are_announced_and_dead_ones_withdrawn(tmp_path):
@@ -146,18 +148,36 @@ def test_nodes_that_join_are_announced_and_dead_ones_withdrawn(tmp_path):
     tel = types.SimpleNamespace(settings=types.SimpleNamespace(sd_dir=str(tmp_path), job=JOB),
                                 internal_error=lambda c, e: errors.append((c, e)))
     targets = NodeTargets(tel)  # not started: refreshed by hand here
-    ray = FakeRay([_node("10.0.0.1", 8080)])
-    targets.refresh(ray)
-    ray.list = [_node("10.0.0.1", 8080, alive=False), _node("10.0.0.2", 8080)]
-    targets.refresh(ray)
-    held = {t for doc in files(str(tmp_path)).values() for e in doc for t in e["targets"]}
-    assert held == {"10.0.0.2:8080"} and targets.announced == ["10.0.0.2:8080"]
-    ray.list = RuntimeError("GCS unreachable")  # kept as it was, counted, never raised
-    targets.refresh(ray)
-    assert targets.announced == ["10.0.0.2:8080"]
-    assert [(c, str(e)) for c, e in errors] == [(names.COMPONENT_FILE_SD, "GCS unreachable")]
-    ray.up = False  # the same failure while Ray shuts down is no error of dpobs's
-    targets.refresh(ray)
-    assert len(errors) == 1
+    with socket.create_server(("127.0.0.1", 0)) as one, \
+            socket.create_server(("127.0.0.1", 0)) as two:
+        first, second = (f"127.0.0.1:{s.getsockname()[1]}" for s in (one, two))
+        ray = FakeRay([_node(first)])
+        assert targets.refresh(ray) == 0
+        ray.list = [_node(first, alive=False), _node(second)]
+        assert targets.refresh(ray) == 0
+        held = {t for doc in files(str(tmp_path)).values() for e in doc for t in e["targets"]}
+        assert held == {second} and targets.announced == [second]
+        ray.list = RuntimeError("GCS unreachable")  # kept as it was, counted, never raised
+        assert targets.refresh(ray) == 0
+        assert targets.announced == [second]
+        assert [(c, str(e)) for c, e in errors] == [(names.COMPONENT_FILE_SD, "GCS unreachable")]
+        ray.up = False  # the same failure while Ray shuts down is no error of dpobs's
+        targets.refresh(ray)
+        assert len(errors) == 1
     targets.close()
     assert files(str(tmp_path)) == {}
+
+
+def test_a_port_nothing_serves_is_not_announced_until_it_answers(tmp_path):
+    """A bare Ray lists its nodes' metrics export ports though no agent serves them."""
+    tel = types.SimpleNamespace(settings=types.SimpleNamespace(sd_dir=str(tmp_path), job=JOB),
+                                internal_error=lambda c, e: pytest.fail(repr(e)))
+    targets = NodeTargets(tel)
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        port = probe.getsockname()[1]
+    ray = FakeRay([_node(f"127.0.0.1:{port}")])  # closed now: nothing listens there
+    assert targets.refresh(ray) == 1 and files(str(tmp_path)) == {}
+    with socket.create_server(("127.0.0.1", port)):
+        assert targets.refresh(ray) == 0
+        assert targets.announced == [f"127.0.0.1:{port}"]
+    targets.close()
