@@ -52,7 +52,9 @@ class Patches:
         self._worker = None  # is this process a Ray worker? read once Ray has connected
 
     def meter(self):
-        return self.per_process.adapter()
+        """This process's RayMeter (None: dpobs is off or could not start)."""
+        pid, meter = self.per_process.ready
+        return meter if pid == getpid() else self.per_process.adapter()
 
     # -- one measured call ------------------------------------------------------------------
     def measured(self, op, fn, entry, skip=(), method=None):
