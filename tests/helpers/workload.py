@@ -62,7 +62,7 @@ def _ray_ops(tel) -> None:
     """What the Ray adapter records for a put (its account, without a Ray cluster)."""
     from dpobs_otel.adapters.ray.meter import RayMeter
     meter = RayMeter(tel)
-    meter.record(names.RAY_PUT, None, 0.002, 1, 4096, 0.0005, owned="00aa")
+    meter.record(names.RAY_PUT, None, 0.002, 1, 4096, 0.0005, owned=bytes.fromhex("00aa"))
 
 
 @contextlib.contextmanager
