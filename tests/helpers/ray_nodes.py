@@ -19,8 +19,6 @@ import time
 import urllib.request
 from pathlib import Path
 
-import ray
-
 from dpobs_otel.readback.scrape import targets
 
 PATTERN = "ray-node-*.json"
@@ -54,6 +52,7 @@ def node_lines(target: str) -> list[str]:
 
 
 def main() -> None:
+    import ray  # here: the tests import this module's helpers without Ray
     sd_dir = os.environ["DPOBS_SD_DIR"]
     ray.init(_node_ip_address="127.0.0.1", address="local", include_dashboard=False,
              num_cpus=1, object_store_memory=80 * 1024**2, log_to_driver=False,

@@ -6,12 +6,14 @@ however it goes (adapters/ray/nodes.py). A live Prometheus scraping it: test_ray
 from __future__ import annotations
 
 import fnmatch
+import http.server
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import types
 from pathlib import Path
@@ -22,7 +24,8 @@ from dpobs_otel import names
 from dpobs_otel.adapters.ray.nodes import NodeTargets, exporters
 from dpobs_otel.agent.config import agent_config
 from dpobs_otel.exporters.filesd import sweep
-from helpers.ray_nodes import PATTERN, files
+from dpobs_otel.testing.prometheus import Agent, Central
+from helpers.ray_nodes import PATTERN, files, until
 from helpers.ray_runs import TESTS, run_job
 from dpobs_otel.testing.transferqueue import LOOPBACK_ENV
 
@@ -181,3 +184,48 @@ def test_a_port_nothing_serves_is_not_announced_until_it_answers(tmp_path):
         assert targets.refresh(ray) == 0
         assert targets.announced == [f"127.0.0.1:{port}"]
     targets.close()
+
+
+class _RayExporter(http.server.BaseHTTPRequestHandler):
+    """A Ray node's metrics export port, as far as a scraper sees it: one of its gauges."""
+    BODY = (b"# TYPE ray_object_store_available_memory gauge\n"
+            b'ray_object_store_available_memory{Component="raylet",NodeAddress="127.0.0.1"}'
+            b" 1234\n")
+
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.send_header("Content-Length", str(len(self.BODY)))
+        self.end_headers()
+        self.wfile.write(self.BODY)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.slow
+def test_through_dpobs_agent_the_node_s_series_keep_ray_s_node(tmp_path):
+    """The agent's `node` is an external label: a series that has one (the Ray node entry's
+    target label) keeps its own on the way to the central side, so the driver's node's agent
+    can scrape every node of the cluster."""
+    sd = tmp_path / "sd"
+    tel = types.SimpleNamespace(settings=types.SimpleNamespace(sd_dir=str(sd), job=JOB),
+                                internal_error=lambda c, e: pytest.fail(repr(e)))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _RayExporter)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    targets = NodeTargets(tel)
+    try:
+        assert targets.refresh(FakeRay([_node(f"127.0.0.1:{server.server_port}")])) == 0
+        with Central([]) as central, \
+                Agent(str(sd), f"{central.url}/api/v1/write", "agent-node"):
+            got = until(lambda: central.query(f'ray_object_store_available_memory{{job="{JOB}"}}'),
+                        timeout=60)
+    finally:
+        targets.close()
+        server.shutdown()
+        server.server_close()
+    [series] = got
+    labels = {k: series["metric"][k] for k in ("node", "role", names.SOURCE_LABEL)}
+    assert labels == {"node": "127.0.0.1", "role": names.ROLE_RAY_NODE,
+                      names.SOURCE_LABEL: names.SOURCE_RAY}
+    assert series["value"] == 1234
