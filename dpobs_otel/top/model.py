@@ -10,6 +10,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from ..mixin.config import DEFAULT
+from .ray import RayAccount
 from .store import StoreLine
 from .weights import WeightLine
 
@@ -92,6 +93,7 @@ class Answers:
     stragglers: list[Straggler] = field(default_factory=list)  # slowest ratio first
     weights: list[WeightLine] = field(default_factory=list)  # per job, senders first
     store: list[StoreLine] = field(default_factory=list)  # the store's account, by job and op
+    ray: RayAccount = field(default_factory=RayAccount)  # Ray's object store (--prometheus)
     error: str = ""  # the source itself failed (e.g. Prometheus unreachable)
 
 

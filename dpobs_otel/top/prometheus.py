@@ -10,7 +10,7 @@ import time
 from .. import names
 from ..readback import verdict
 from ..readback.prometheus import Prometheus, PrometheusError
-from . import store, weights
+from . import ray, store, weights
 from .model import Alert, Answers, Job, Op, Process, stragglers, worst_first
 
 JOB_RULES = {  # Job attribute -> the recording rule (one series per job)
@@ -68,10 +68,11 @@ class RulesSource:
             slow = stragglers(self.query(names.INSTANCE_OP_MEAN))
             lines = weights.judged(weights.from_prometheus(self.query))
             account = store.from_prometheus(self.query)
+            ray_account = ray.from_prometheus(self.query)
         except PrometheusError as e:
             return Answers(self.describe(), None, now, error=str(e))
         return Answers(self.describe(), WINDOW_S, now, worst_first(procs), jobs, alerts, slow,
-                       weights=lines, store=account)
+                       weights=lines, store=account, ray=ray_account)
 
     def _processes(self) -> list[Process]:
         def key(m: dict) -> tuple:

@@ -1,6 +1,7 @@
 """One frame of `dpobs top`, drawn with rich: a header, the firing alerts, the jobs'
 answers, each job's ops, the weight syncs (where any process synced weights), the store's own
-account (where a job's store exporter is scraped), the processes worst first. Fractions in %,
+account (where a job's store exporter is scraped), Ray's object store (where a job has Ray
+ops), the processes worst first. Fractions in %,
 latencies in ms, bytes in decimal units, all to three significant digits (a fixed number of
 decimals would show a slow job's rates as 0.00); a missing answer is '-'."""
 from __future__ import annotations
@@ -179,6 +180,38 @@ def store_table(a: Answers) -> Table | None:
     return t
 
 
+RAY_CAPTION = ("per step of the job: dispatch ray_put, ray_call · collect ray_get · the "
+               "workers' side ray_args, ray_return (a get's seconds hold the method's run)")
+
+
+def ray_tables(a: Answers) -> list[Table]:
+    """Ray's object store: its ops per method, the bytes each process owns, each node's store
+    (where Ray's node series are scraped); nothing where no job has Ray ops."""
+    out = []
+    if a.ray.lines:
+        t = _table("Ray ops per method (per step)", "job", "op", "method", "s/step",
+                   "bytes/step")
+        t.caption, t.caption_justify = RAY_CAPTION, "left"
+        for x in a.ray.lines:
+            t.add_row(x.job, x.op, x.method or DASH, rate(x.seconds_per_step),
+                      size(x.bytes_per_step))
+        out.append(t)
+    if a.ray.owned or a.ray.nodes:
+        # (a short title: rich wraps a title wider than its table)
+        t = _table("Ray store: owned bytes, nodes", "job", "who", "owned", "store used",
+                   "spilled/s")
+        for o in a.ray.owned:
+            t.add_row(o.job, f"{o.role} {o.rank} {o.instance}".strip(), size(o.bytes), DASH,
+                      DASH)
+        for n in a.ray.nodes:
+            full = n.used is not None and n.used >= DEFAULT.ray_store_full_frac
+            t.add_row(n.job, f"node {n.node}", DASH,
+                      Text(pct(n.used), style="bold yellow" if full else ""),
+                      size(n.spilled_per_s, "/s"))
+        out.append(t)
+    return out
+
+
 def stragglers_text(a: Answers) -> Table | Text:
     """The processes DpobsDataPlaneStraggler's test names now (before its `for:`)."""
     if not a.stragglers:
@@ -216,5 +249,6 @@ def frame(a: Answers, every_s: float | None = None) -> Group:
     parts += [alerts_text(a), jobs_table(a), queue_text(a), stragglers_text(a), ops_table(a)]
     # Only where weights are synced, and where a job's store exporter is scraped.
     parts += [t for t in (weights_table(a), store_table(a)) if t is not None]
+    parts += ray_tables(a)  # only where a job has Ray ops
     parts.append(processes_table(a))
     return Group(*parts)

@@ -1,10 +1,14 @@
-"""What the top tests share: a frame as text, its tables as rows, cells as numbers, and a
-port nobody listens on."""
+"""What the top tests share: a frame as text, its tables as rows, cells as numbers, a port
+nobody listens on, and `dpobs top` live in a private tmux server."""
 from __future__ import annotations
 
 import io
+import os
 import re
+import shlex
 import socket
+import subprocess
+import time
 
 from dpobs_otel.top.prometheus import RulesSource
 from dpobs_otel.top.view import frame
@@ -62,3 +66,56 @@ class Canned(RulesSource):
 
     def _alerts(self):
         return []
+
+
+class Tmux:
+    """A private tmux server (its own socket); each pane runs one command and keeps its last
+    screen if the command exits (so a crash shows in the capture)."""
+
+    def __init__(self):
+        self.socket = f"dpobs-top-test-{os.getpid()}"
+        self.env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES",
+                                                                      "TMUX")}
+
+    def tmux(self, *args: str) -> str:
+        return subprocess.run(["tmux", "-L", self.socket, "-f", "/dev/null", *args],
+                              check=True, capture_output=True, text=True, env=self.env,
+                              timeout=30).stdout
+
+    def start(self, name: str, argv: list[str], rows: int = 60) -> None:
+        cmd = f"{shlex.join(argv)}; echo EXITED $?; sleep 3600"
+        self.tmux("new-session", "-d", "-s", name, "-x", "170", "-y", str(rows), cmd)
+
+    def capture(self, name: str) -> str:
+        return self.tmux("capture-pane", "-p", "-t", name)
+
+    def frame_after(self, name: str, t: float, timeout: float = 60) -> str:
+        """The first whole frame drawn from answers taken after wall-clock time t, captured
+        twice alike (a capture never catches a redraw half-way)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            shown = self.capture(name)
+            assert "EXITED" not in shown and "Traceback" not in shown, shown
+            stamp = re.search(r"· (\d\d:\d\d:\d\d)", shown)
+            if stamp and "Processes" in shown and _after(stamp[1], t):
+                time.sleep(0.3)
+                if self.capture(name).split("·", 3)[3:] == shown.split("·", 3)[3:]:
+                    return shown
+            assert time.monotonic() < deadline, shown
+            time.sleep(0.3)
+
+    def close(self) -> None:
+        subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True,
+                       timeout=30)
+
+
+def _after(hms: str, t: float) -> bool:
+    """A frame's HH:MM:SS stamp (local time) is a whole second later than t."""
+    return stamp(hms, t) >= int(t) + 1
+
+
+def stamp(hms: str, near: float) -> float:
+    """A frame's HH:MM:SS (local time) as epoch seconds, on the day of `near`."""
+    day = time.localtime(near)
+    return time.mktime(time.strptime(time.strftime("%Y-%m-%d ", day) + hms,
+                                     "%Y-%m-%d %H:%M:%S"))

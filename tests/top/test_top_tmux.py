@@ -7,17 +7,13 @@ prometheus, alertmanager) fail these tests: they are the point."""
 from __future__ import annotations
 
 import json
-import os
-import re
-import shlex
-import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
-from helpers.top import number, refused_port, table
+from helpers.top import Tmux, number, refused_port, table
 
 from dpobs_otel.names import JOB_OP_NATIVE_QUANTILE
 
@@ -27,55 +23,6 @@ STEPS = 40
 DEMO = dict(trainers=2, batch_size=32, min_len=32, max_len=256, latency_s=0.01, verify=True,
             corrupt_at=3, steps=STEPS)
 TOP = [str(Path(sys.executable).with_name("dpobs")), "top", "--interval", "1"]
-
-
-class Tmux:
-    """A private tmux server (its own socket); each pane runs one command and keeps its last
-    screen if the command exits (so a crash shows in the capture)."""
-
-    def __init__(self):
-        self.socket = f"dpobs-top-test-{os.getpid()}"
-        self.env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES",
-                                                                      "TMUX")}
-
-    def tmux(self, *args: str) -> str:
-        return subprocess.run(["tmux", "-L", self.socket, "-f", "/dev/null", *args],
-                              check=True, capture_output=True, text=True, env=self.env,
-                              timeout=30).stdout
-
-    def start(self, name: str, argv: list[str]) -> None:
-        cmd = f"{shlex.join(argv)}; echo EXITED $?; sleep 3600"
-        self.tmux("new-session", "-d", "-s", name, "-x", "170", "-y", "60", cmd)
-
-    def capture(self, name: str) -> str:
-        return self.tmux("capture-pane", "-p", "-t", name)
-
-    def frame_after(self, name: str, t: float, timeout: float = 60) -> str:
-        """The first whole frame drawn from answers taken after wall-clock time t, captured
-        twice alike (a capture never catches a redraw half-way)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            shown = self.capture(name)
-            assert "EXITED" not in shown and "Traceback" not in shown, shown
-            stamp = re.search(r"· (\d\d:\d\d:\d\d)", shown)
-            if stamp and "Processes" in shown and _after(stamp[1], t):
-                time.sleep(0.3)
-                if self.capture(name).split("·", 3)[3:] == shown.split("·", 3)[3:]:
-                    return shown
-            assert time.monotonic() < deadline, shown
-            time.sleep(0.3)
-
-    def close(self) -> None:
-        subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True,
-                       timeout=30)
-
-
-def _after(hms: str, t: float) -> bool:
-    """A frame's HH:MM:SS stamp (local time) is a whole second later than t."""
-    day = time.localtime(t)
-    stamp = time.mktime(time.strptime(time.strftime("%Y-%m-%d ", day) + hms,
-                                      "%Y-%m-%d %H:%M:%S"))
-    return stamp >= int(t) + 1
 
 
 @pytest.fixture(scope="module")
