@@ -8,10 +8,17 @@ import pytest
 
 import dpobs_otel as dpobs
 from helpers import network_isolation
+from helpers.durations import SlowTests
 
 # Ray, in any test that starts or joins it, stays on loopback with no usage stats (see
 # dpobs_otel/testing/transferqueue.py); set here because test modules import ray before the harness.
 os.environ.update({"RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"})
+
+
+def pytest_configure(config):
+    # Prints each run's slowest tests and fails a run with a test over the limit that is not
+    # allowlisted (helpers/durations.py); it only reads reports, it changes no test.
+    config.pluginmanager.register(SlowTests(), "dpobs-slow-tests")
 
 
 def pytest_report_header(config):
