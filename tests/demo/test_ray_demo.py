@@ -59,13 +59,13 @@ def test_counts_keys_and_bytes_per_method_equal_the_truth(run):
                (ray_plane.GEN, ray_plane.LOGPROB, ray_plane.UPDATE))
 
 
-# Per op, how far below the workload's timer dpobs's seconds may lie. A get waits for the
-# remote method: its seconds hold within the issue's 5%. A put or a call's submission takes a
-# fraction of a millisecond, and the adapter's own work on each (the method's label, the refs
-# a call returned, its pending account) lies inside the workload's timer and outside the op's:
-# 3-4% of a put and 7-17% of a submission on the shared 2-core machine (about 70-110 us an
-# op, where issue 42's benchmark measures a few us on an idle one).
-BELOW = {nm.RAY_GET: 0.05, nm.RAY_PUT: 0.10, nm.RAY_CALL: 0.25}
+# Per op, how far below the workload's timer dpobs's seconds may lie. A method's seconds (its
+# call and the get that collects it) and a get's hold within the issue's 5%. A put or a
+# call's submission takes a fraction of a millisecond and the adapter's own work after Ray
+# returns (the refs a call returned, the record appended) lies inside the workload's timer
+# and outside the op's: 1-5% of either on the shared 2-core machine.
+BELOW = {nm.RAY_GET: 0.05, nm.RAY_PUT: 0.25, nm.RAY_CALL: 0.25}
+METHOD_BELOW = 0.05
 
 
 def test_the_driver_s_seconds_per_method_agree_with_its_own_timers(run):
@@ -74,12 +74,19 @@ def test_the_driver_s_seconds_per_method_agree_with_its_own_timers(run):
     end = ray_report.metric_rows({("driver", 0): res.scraped[("driver", 0)]})
     start = ray_report.metric_rows({("driver", 0): warm})
     assert {op for op, _ in truth} == set(BELOW)
+    per_method = {}
     for (op, method), (calls, seconds, _, _) in truth.items():
         key = ("driver", op, method)
         measured = end[key][1] - start.get(key, [0, 0.0])[1]
         assert end[key][0] - start.get(key, [0])[0] == calls, key
         # dpobs times inside the workload's timer: never more, and not far less
         assert (1 - BELOW[op]) * seconds <= measured <= seconds, (key, measured, seconds)
+        if method:
+            m = per_method.setdefault(method, [0.0, 0.0])
+            m[0], m[1] = m[0] + measured, m[1] + seconds
+    assert len(per_method) == 3
+    for method, (measured, seconds) in per_method.items():
+        assert (1 - METHOD_BELOW) * seconds <= measured <= seconds, (method, measured, seconds)
 
 
 def test_the_driver_steps_and_owns_what_it_still_holds(run):

@@ -11,7 +11,8 @@ this process put and still references are dpobs_ray_owned_bytes. step_metrics() 
 from __future__ import annotations
 
 import threading
-from time import perf_counter
+import weakref
+from time import perf_counter, sleep
 
 from ... import instruments, names
 from ...shims.otel_histogram import ClassicRecord
@@ -21,7 +22,12 @@ from .methods import Methods
 
 MB = 1e6
 PRUNE_EVERY = 4096  # puts held before the owned map is checked against Ray's references
-DRAIN_AT = 512  # ops recorded before they are added up, whether or not anything collects
+# Records are added up by a thread of the meter's every DRAIN_EVERY_S, CHUNK at a time (the
+# GIL is given back between chunks), mostly while the program waits in Ray with the GIL
+# released; past DRAIN_AT waiting (that thread starved) the op that finds them adds them up.
+DRAIN_EVERY_S = 0.25
+CHUNK = 256
+DRAIN_AT = 1 << 14
 # The direction of serialization work an op does, if any.
 READS = frozenset(op for op, d in names.RAY_OPS.items() if d == "read")
 SERIALIZES = {names.RAY_PUT: "serialize", names.RAY_CALL: "serialize",
@@ -58,28 +64,32 @@ class RayMeter:
                              for op, d in SERIALIZES.items()}
         with tel.stats.lock:
             tel.stats.accounts.append(self)
+        threading.Thread(target=_add_up, args=(weakref.ref(self),), daemon=True,
+                         name="dpobs-ray-account").start()
 
     # -- the op path ------------------------------------------------------------------------
     def record(self, op: str, method, dt: float, keys: int, nbytes: int = 0,
                serialization: float = 0.0, error: str | None = None, owned=None) -> None:
         """One Ray op: its duration, keys, bytes (in the op's direction), the seconds of it
         spent serializing, its error type if it raised, and the binary id of the object it
-        put (owned). Kept as it is until the next collection, window() or DRAIN_AT ops, then
-        added up in one batch: run between Ray's own calls, the account's work cost several
-        times what it costs run back to back (docs/development/performance.md)."""
+        put (owned). Kept as it is until the meter's thread, a collection or window() adds it
+        up in a batch: run between Ray's own calls, on the op's way, the account's work cost
+        several times what it costs run back to back (docs/development/performance.md)."""
         pending = self.pending
         pending.append((op, method, dt, keys, nbytes, serialization, error, owned))
         if len(pending) >= DRAIN_AT:
             self.drain()
 
-    def drain(self) -> None:
-        """Add every op recorded so far to the histograms and totals (collection, window()
-        and record() call it; safe from any thread)."""
+    def drain(self, most: int | None = None) -> int:
+        """Add the ops recorded so far (at most `most` of them) to the histograms and totals;
+        returns how many are still waiting. Safe from any thread."""
         with self._drain_lock:
             t0 = perf_counter()
             n = len(self.pending)
+            if most is not None:
+                n = min(n, most)
             if not n:
-                return
+                return 0
             batch = self.pending[:n]
             del self.pending[:n]  # one step under the GIL: appends meanwhile stay queued
             self._histograms(batch)
@@ -88,6 +98,7 @@ class RayMeter:
                 self._own_seconds += perf_counter() - t0
         if grown:  # a process nothing scrapes must not keep every put
             self._prune()
+        return len(self.pending)
 
     def _histograms(self, batch) -> None:
         """The batch's op durations and serialization seconds into their histograms, grouped
@@ -203,3 +214,23 @@ class RayMeter:
         out = {k: v - prev.get(k, 0) for k, v in now.items()}
         out["dpobs/ray/owned_mb"] = owned
         return out
+
+
+def _add_up(meter_ref) -> None:
+    """The meter's thread: adds up its records, CHUNK at a time, while the meter lives (held
+    weakly: the thread never keeps a meter alive)."""
+    while True:
+        sleep(DRAIN_EVERY_S)
+        while True:
+            meter = meter_ref()
+            if meter is None:
+                return
+            try:
+                waiting = meter.drain(CHUNK)
+            except Exception as exc:  # dpobs's own failure: counted, the thread goes on
+                meter.tel.internal_error(names.COMPONENT_RAY, exc)
+                waiting = 0
+            del meter
+            if not waiting:
+                break
+            sleep(0)  # the GIL back to the program between chunks

@@ -57,11 +57,12 @@ class Patches:
         return meter if pid == getpid() else self.per_process.adapter()
 
     # -- one measured call ------------------------------------------------------------------
-    def measured(self, op, fn, entry, skip=(), method=None):
+    def measured(self, op, fn, entry, skip=(), method=None, started=None):
         """fn, measured as op `op`: entry(result, dt, frame, args, kwargs) gives the account's
         record (RayMeter.record's arguments, in order) of a call that returned; one that
         raised is recorded as a failed `op` of `method`. `skip`: ids of the objects Ray
-        serializes that are not the op's. Every line here runs on each Ray op, between
+        serializes that are not the op's; `started`: the op's start where it is not fn's
+        (a call's: see _call). Every line here runs on each Ray op, between
         Ray's own calls, where each Python call costs several times what it costs in a
         loop: so the meter is read without one and the record appended in place."""
         per_process, local = self.per_process, _local
@@ -78,7 +79,7 @@ class Patches:
                 frame.skip = skip
             outer = getattr(local, "frame", None)
             local.frame = frame
-            t0 = perf_counter()
+            t0 = perf_counter() if started is None else started
             try:
                 result = fn(*args, **kwargs)
             except BaseException as exc:
@@ -145,26 +146,34 @@ class Patches:
     def actor_call(self, fn):
         @functools.wraps(fn)
         def _remote(method, args=None, kwargs=None, *rest, **options):
+            started = perf_counter()
             meter = self.meter()
             name = ray_names.method_name(method)
             if meter is None or internal(name):  # Ray's own methods are left alone
                 return fn(method, args, kwargs, *rest, **options)
             label = self._safely(lambda: meter.methods.label(ray_names.actor_class(method),
                                                              carried(name, args)))
-            return self._call(fn, label, (method, args, kwargs, *rest), options, kwargs)
+            return self._call(fn, label, (method, args, kwargs, *rest), options, kwargs,
+                              started)
         return _remote
 
     def task_call(self, fn):
         @functools.wraps(fn)
         def _remote(function, args=None, kwargs=None, *rest, **options):
+            started = perf_counter()
             meter = self.meter()
             if meter is None:
                 return fn(function, args, kwargs, *rest, **options)
             label = self._safely(lambda: meter.methods.label("", ray_names.task_name(function)))
-            return self._call(fn, label, (function, args, kwargs, *rest), options, kwargs)
+            return self._call(fn, label, (function, args, kwargs, *rest), options, kwargs,
+                              started)
         return _remote
 
-    def _call(self, fn, label, args, options, call_kwargs):
+    def _call(self, fn, label, args, options, call_kwargs, started):
+        """A submission, timed from where the program's call reached dpobs: naming its method
+        is work the caller waits on as part of the submission (a few us, the size of Ray's
+        own submission of a call by ref), and a timer of the program's around `.remote()`
+        sees it too."""
         def entry(result, dt, frame, args, kwargs):
             self._safely(self.per_process.ready[1].methods.returned, result, label)
             return (names.RAY_CALL, label, dt, frame.count, frame.nbytes, frame.seconds,
@@ -172,7 +181,7 @@ class Patches:
         # Ray serializes a keyword argument's name beside its value, and a marker beside each
         # positional one: neither is an argument.
         skip = frozenset(map(id, call_kwargs or ()))
-        return self.measured(names.RAY_CALL, fn, entry, skip, label)(*args, **options)
+        return self.measured(names.RAY_CALL, fn, entry, skip, label, started)(*args, **options)
 
     def unmeasured_call(self, fn):
         """An actor's creation: its arguments are not a measured op's (nor a return's)."""

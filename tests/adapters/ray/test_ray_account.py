@@ -135,9 +135,9 @@ def test_the_readers_keep_ray_ops_apart(tel):
 
 
 def test_every_record_is_added_up_once_whatever_thread_recorded_or_collected_it(tel):
-    """Records wait in `pending` until a collection, a window or DRAIN_AT of them: eight
-    threads recording while another reads windows (step_metrics' one caller) lose none and
-    count none twice."""
+    """Records wait in `pending` until the meter's thread, a collection or a window adds
+    them up: eight threads recording while another reads windows (step_metrics' one
+    caller) lose none and count none twice."""
     import threading
     meter, stop, seen = RayMeter(tel), threading.Event(), []
 
@@ -165,6 +165,24 @@ def test_every_record_is_added_up_once_whatever_thread_recorded_or_collected_it(
         assert value(s, names.KEYS_SERIES, op="ray_get", method=f"M.m{n}") == 6000
         assert value(s, names.OP_DURATION_SERIES + "_count", op="ray_get",
                      method=f"M.m{n}") == 3000
+
+
+def test_the_meter_s_thread_adds_up_what_nothing_collects(tel):
+    import threading
+    import time
+
+    def threads():
+        return sum(t.name == "dpobs-ray-account" for t in threading.enumerate())
+
+    before = threads()
+    meter = RayMeter(tel)
+    assert threads() == before + 1
+    for _ in range(1000):  # fewer than DRAIN_AT: no op adds them up itself
+        meter.record(names.RAY_GET, None, 0.001, 1)
+    deadline = time.monotonic() + 10
+    while meter.pending and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not meter.pending and meter._ops[(names.RAY_GET, None)].calls == 1000
 
 
 def test_owned_bytes_forget_what_the_process_no_longer_references(tel, monkeypatch):
