@@ -42,8 +42,10 @@ PROCESS_RULES = {  # Process attribute -> the recording rule (one series per pro
     "busy_frac": names.INSTANCE_BUSY_FRAC_OF_STEP,
     "exposed_frac": names.INSTANCE_EXPOSED_FRAC_OF_STEP,
 }
-# Every target that serves dpobs series carries role (file_sd or scrape config labels).
-TARGETS = 'up{role!=""}'
+# Every target that serves dpobs series carries role (file_sd or scrape config labels); the
+# stores' own exporters (a Ray node's, TransferQueue's controller) carry one too, and are
+# not processes of the job.
+TARGETS = f'up{{role!="", role!~"{"|".join(sorted(names.STORE_ROLES))}"}}'
 WINDOW_S = 300.0  # the rules' 5m
 
 

@@ -9,6 +9,7 @@ import pytest
 from dpobs_otel import names
 from dpobs_otel.readback import scrape
 from dpobs_otel.top import direct
+from dpobs_otel.top.prometheus import TARGETS
 from dpobs_otel.top.model import stragglers
 from helpers.top import Canned, number, table, text
 
@@ -98,7 +99,7 @@ def test_prometheus_source_reads_the_rules_and_names_the_straggler():
         return {"job": JOB, "node": f"n{rank}", "instance": f"h{rank}:9000",
                 "role": "trainer", "rank": str(rank)}
     src = Canned({
-        'up{role!=""}': [(proc(r), 1.0) for r in range(3)],
+        TARGETS: [(proc(r), 1.0) for r in range(3)],
         names.INSTANCE_BUSY_FRAC_OF_STEP: [(proc(0), 0.5), (proc(1), 0.25), (proc(2), 0.75)],
         names.INSTANCE_EXPOSED_FRAC_OF_STEP: [(proc(0), 0.125), (proc(1), 0.0),
                                               (proc(2), 0.5)],
