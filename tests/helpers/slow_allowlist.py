@@ -16,6 +16,10 @@ ALLOWED: dict[str, str] = {
     "tests/demo/test_compare.py::test_every_backend_this_machine_has_is_compared":
         "setup: the module's one `demo compare` run over every backend this machine has, "
         "which every test of the module reads",
+    "tests/demo/test_compare_ray.py::test_the_default_is_four_backends_one_column_each":
+        "setup: the module's one `compare.collect` over the four default backends (memory, "
+        "transferqueue, mooncake, ray), one after another, which every test of the module "
+        "reads",
     "tests/demo/test_store_metrics.py::test_with_every_client_measured_coverage_is_1":
         "a demo run with the store's own exporter beside dpobs, scraped by a live Prometheus "
         "until the coverage rule has evaluated over every client",
