@@ -90,7 +90,7 @@ def report(res, cfg) -> str:
     steps_m = sum(v for k, s in res.scraped.items() if k[0] == "driver"
                   for n, _, v in s if n == f"{nm.STEP_DURATION_SERIES}_count")
     lines.append(f"\nDriver steps: {steps_t} (metrics {int(steps_m)}); bytes the driver owns "
-                 f"now (dpobs_ray_owned_bytes): {owned(res) / MB:.3f} MB")
+                 f"now ({nm.RAY_OWNED_SERIES}): {owned(res) / MB:.3f} MB")
     lines.append("Ray ops are not data-plane time: frac_of_step, busy and exposed leave them "
                  "out (DESIGN.md); the wire guard does not ride this plane.")
     return "\n".join(lines)
