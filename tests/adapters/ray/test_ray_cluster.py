@@ -64,12 +64,19 @@ def head():
     try:
         yield f"127.0.0.1:{port}"
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
+        # SIGTERM to `ray start` alone: it drains the node through the GCS, then stops the
+        # processes it started. Sent to the whole group, it stopped the GCS too, and the drain
+        # waited out its 30 s timeout on every run. Whatever of the group is left is killed.
+        os.kill(proc.pid, signal.SIGTERM)
         try:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+            proc.kill()
             proc.wait(timeout=30)
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
         shutil.rmtree(temp, ignore_errors=True)
 
 
