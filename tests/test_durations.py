@@ -91,6 +91,16 @@ def _defined(path: Path) -> set[str]:
     return out
 
 
+def test_no_test_is_listed_twice():
+    """A repeated key in a dict literal is no error: the second entry silently replaces the
+    first, and its reason with it."""
+    tree = ast.parse((TESTS / "helpers" / "slow_allowlist.py").read_text())
+    [listed] = [node.value for node in tree.body
+                if isinstance(node, ast.AnnAssign) and node.target.id == "ALLOWED"]
+    keys = [ast.literal_eval(key) for key in listed.keys]
+    assert len(keys) == len(set(keys)) == len(ALLOWED)
+
+
 @pytest.mark.parametrize("nodeid", sorted(ALLOWED))
 def test_every_allowlist_entry_names_a_test_and_says_why(nodeid):
     path, _, name = nodeid.partition("::")

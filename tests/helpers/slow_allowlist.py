@@ -20,9 +20,6 @@ ALLOWED: dict[str, str] = {
         "setup: the module's one `compare.collect` over the four default backends (memory, "
         "transferqueue, mooncake, ray), one after another, which every test of the module "
         "reads",
-    "tests/demo/test_compare_ray.py::test_the_default_is_four_backends_one_column_each":
-        "setup: the module's one `demo compare` run over the four default backends, Ray's "
-        "included (101 s in a run of the files added after the measured run)",
     "tests/demo/test_store_metrics.py::test_with_every_client_measured_coverage_is_1":
         "a demo run with the store's own exporter beside dpobs, scraped by a live Prometheus "
         "until the coverage rule has evaluated over every client",
