@@ -92,7 +92,16 @@ def hosted_class() -> str:
 
 def in_worker() -> bool:
     """Is this process one of Ray's workers (an actor or task process), not a driver?"""
-    return getattr(lookup(GLOBAL_WORKER), "mode", None) == lookup(WORKER_MODE)
+    return process_kind() == "worker"
+
+
+def process_kind() -> str | None:
+    """'worker' (an actor or task process), 'driver', or None while Ray is not connected
+    (a process's kind never changes once it is: a caller may keep the answer)."""
+    mode = getattr(lookup(GLOBAL_WORKER), "mode", None)
+    if mode is None:
+        return None
+    return "worker" if mode == lookup(WORKER_MODE) else "driver"
 
 
 def actor_class(method) -> str:

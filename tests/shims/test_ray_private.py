@@ -52,6 +52,7 @@ def test_flattened_arguments_are_told_from_a_lone_object():
 
 def test_outside_a_worker_no_task_and_no_actor():
     assert ray_private.in_worker() is False
+    assert ray_private.process_kind() is None  # not connected: not known yet
     assert ray_private.current_task() == ""
     assert ray_private.hosted_class() == ""
     assert ray_private.referenced() is None  # not connected: no reference table to read

@@ -242,14 +242,16 @@ class Patches:
         return deserialize_objects
 
     def _in_worker(self) -> bool:
+        """Is this process a Ray worker? Asked on every serialization outside an op, so the
+        answer is kept once Ray has connected (a driver's too: until then, asked again)."""
         if self._worker is None:
             try:
-                worker = ray_names.in_worker()
+                kind = ray_names.process_kind()
             except Exception:
                 return False
-            if not worker:
-                return False  # not connected yet, or a driver: asked again next time
-            self._worker = True
+            if kind is None:
+                return False
+            self._worker = kind == "worker"
         return self._worker
 
     def _returned(self, serialized, dt):
