@@ -51,9 +51,13 @@ def test_ray_s_cells_stand_beside_its_truth(results):
         assert 0 < mean and truth > 0, op  # the rule leaves Ray out; compare reads the series
         assert math.isnan(cells["share"][0]), op  # Ray ops are not data-plane time
     assert ray[nm.RAY_CALL]["bytes/call"] == (0.0, 0.0)  # every argument by ref
+    # The rules' ratio covers the samples in their 5m window, which start at the driver's first
+    # scrape: somewhere in the warm-up step. A Ray op's objects differ in size (the config,
+    # each step's prompts, the trainers' shards), so which warm-up ops fall after that scrape
+    # moves the ratio: 1.7% above the measured steps' once (94,110 for 92,556 a put).
     for op in (nm.RAY_PUT, nm.RAY_GET):
         rules, truth = ray[op]["bytes/call"]
-        assert rules == pytest.approx(truth, rel=0.01), op
+        assert rules == pytest.approx(truth, rel=0.05), op
     # the stores keep their own ops; no Ray op in their columns
     assert not any(op.startswith("ray_") for b in FOUR[:3] for op in results[b]["ops"])
 
