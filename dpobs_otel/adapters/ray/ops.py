@@ -58,13 +58,13 @@ class Patches:
 
     # -- one measured call ------------------------------------------------------------------
     def measured(self, op, fn, entry, skip=(), method=None, started=None):
-        """fn, measured as op `op`: entry(result, dt, frame, args, kwargs) gives the account's
-        record (RayMeter.record's arguments, in order) of a call that returned; one that
-        raised is recorded as a failed `op` of `method`. `skip`: ids of the objects Ray
-        serializes that are not the op's; `started`: the op's start where it is not fn's
-        (a call's: see _call). Every line here runs on each Ray op, between
-        Ray's own calls, where each Python call costs several times what it costs in a
-        loop: so the meter is read without one and the record appended in place."""
+        """fn, measured as op `op`: entry(meter, result, dt, frame, args, kwargs) gives
+        the account's record (RayMeter.record's arguments, in order) of a call that
+        returned; one that raised is recorded as a failed `op` of `method`. `skip`: ids of
+        the objects Ray serializes that are not the op's; `started`: the op's start where it
+        is not fn's (a call's: see _call). Every line here runs on each Ray op, between Ray's
+        own calls, where each Python call costs several times what it costs in a loop: so
+        the meter is read without one and the record appended in place."""
         per_process, local = self.per_process, _local
 
         def call(*args, **kwargs):
@@ -91,7 +91,7 @@ class Patches:
             local.frame = outer
             try:
                 pending = meter.pending
-                pending.append(entry(result, dt, frame, args, kwargs))
+                pending.append(entry(meter, result, dt, frame, args, kwargs))
                 if len(pending) >= DRAIN_AT:
                     meter.drain()
             except Exception as exc:
@@ -117,25 +117,25 @@ class Patches:
 
     # -- ray.put, ray.get, ray.wait ----------------------------------------------------------
     def put(self, fn):
-        def entry(ref, dt, frame, args, kwargs):
+        def entry(meter, ref, dt, frame, args, kwargs):
             return (names.RAY_PUT, None, dt, 1, frame.nbytes, frame.seconds, None,
                     ref.binary())
         return self._wrap(fn, names.RAY_PUT, entry)
 
     def get(self, fn):
-        def entry(values, dt, frame, args, kwargs):
+        def entry(meter, values, dt, frame, args, kwargs):
             refs = args[0] if args else kwargs.get("object_refs")
             if isinstance(refs, (list, tuple)):
                 keys = len(refs)
             else:
                 keys, refs = 1, (refs,)
-            methods = self.per_process.ready[1].methods
+            methods = meter.methods
             method = self._safely(methods.of, refs) if methods.known else None
             return (names.RAY_GET, method, dt, keys, frame.nbytes, frame.seconds, None, None)
         return self._wrap(fn, names.RAY_GET, entry)
 
     def wait(self, fn):
-        def entry(result, dt, frame, args, kwargs):
+        def entry(meter, result, dt, frame, args, kwargs):
             return (names.RAY_WAIT, None, dt, len(result[0]), 0, 0.0, None, None)
         return self._wrap(fn, names.RAY_WAIT, entry)
 
@@ -174,8 +174,8 @@ class Patches:
         is work the caller waits on as part of the submission (a few us, the size of Ray's
         own submission of a call by ref), and a timer of the program's around `.remote()`
         sees it too."""
-        def entry(result, dt, frame, args, kwargs):
-            self._safely(self.per_process.ready[1].methods.returned, result, label)
+        def entry(meter, result, dt, frame, args, kwargs):
+            self._safely(meter.methods.returned, result, label)
             return (names.RAY_CALL, label, dt, frame.count, frame.nbytes, frame.seconds,
                     None, None)
         # Ray serializes a keyword argument's name beside its value, and a marker beside each
