@@ -49,19 +49,30 @@ demo: $(STAMP)
 # as is, and says so (tests/test_network.py fails then under CI=true). Installing stays
 # outside: $(STAMP) is built before the recipe, with the network.
 LOOPBACK_ONLY := unshare --net sh -c 'ip link set lo up && exec "$$0" "$$@"'
+# Two passes (docs/development/testing.md). First every test not marked `alone`, in
+# TEST_WORKERS pytest-xdist workers, a module to a worker so a module's live cluster starts
+# once; most tests wait on sockets, scrapes and Ray, which the workers overlap. Then the tests
+# that compare two clocks (`alone`, tests/conftest.py), serially, with nothing beside them.
+# A pass that selects nothing (PYTEST_ARGS naming one file) is not a failure; both are.
+TEST_WORKERS ?= 4
+PARALLEL := -n $(TEST_WORKERS) --dist loadfile
 
 test: $(STAMP) $(WHEEL_STAMP)
-	@rc=0; \
-	if [ "$$(id -u)" = 0 ] && command -v ip >/dev/null && unshare --net true 2>/dev/null; then \
+	@if [ "$$(id -u)" = 0 ] && command -v ip >/dev/null && unshare --net true 2>/dev/null; then \
 	  echo "make test: running inside a loopback-only network namespace (unshare --net)"; \
-	  $(LOOPBACK_ONLY) $(BIN)/python -m pytest -q $(PYTEST_ARGS) || rc=$$?; \
+	  run() { $(LOOPBACK_ONLY) "$$@"; }; \
 	else \
 	  echo "make test: NOT network-isolated (needs root, unshare and iproute2's ip):" \
 	       "running on the host network"; \
-	  $(BIN)/python -m pytest -q $(PYTEST_ARGS) || rc=$$?; \
+	  run() { "$$@"; }; \
 	fi; \
-	if [ $$rc = 5 ]; then echo "make test: pytest collected no tests (exit 5): a failure"; fi; \
-	exit $$rc
+	run $(BIN)/python -m pytest -q $(PARALLEL) -m 'not alone' $(PYTEST_ARGS); a=$$?; \
+	echo "make test: the tests marked alone, serially"; \
+	run $(BIN)/python -m pytest -q -m alone $(PYTEST_ARGS); b=$$?; \
+	if [ $$a = 5 ] && [ $$b = 5 ]; then \
+	  echo "make test: pytest collected no tests (exit 5): a failure"; exit 5; fi; \
+	[ $$a = 5 ] && a=0; [ $$b = 5 ] && b=0; \
+	if [ $$a != 0 ]; then exit $$a; fi; exit $$b
 
 # The compatibility matrix (compat/cells.toml: verl 0.9, NeMo-RL, ROLL, the declared floors,
 # the newest releases; every TransferQueue 0.1.6-0.1.11; the dry-run resolutions beside each

@@ -3,16 +3,33 @@ instrumented in-memory client; the scraper they are read with is in helpers."""
 from __future__ import annotations
 
 import os
+import shutil
 
 import pytest
 
 import dpobs_otel as dpobs
 from helpers import network_isolation
 from helpers.durations import SlowTests
+from helpers.parallel import mark_alone, ray_tmpdir
 
 # Ray, in any test that starts or joins it, stays on loopback with no usage stats (see
 # dpobs_otel/testing/transferqueue.py); set here because test modules import ray before the harness.
 os.environ.update({"RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"})
+# Under pytest-xdist (the Makefile runs the suite in several workers) each worker's Ray keeps
+# its own temp dir (helpers/parallel.py says why).
+if ray_tmpdir(os.environ):
+    os.environ["RAY_TMPDIR"] = ray_tmpdir(os.environ)
+
+
+def pytest_unconfigure(config):
+    # A worker's Ray temp dir goes with the worker: its clusters stopped with their modules.
+    if ray_tmpdir(os.environ):
+        shutil.rmtree(ray_tmpdir(os.environ), ignore_errors=True)
+
+
+def pytest_collection_modifyitems(config, items):
+    # A test that compares two clocks (it asks for `no_gc`, below) runs in the serial pass.
+    mark_alone(items)
 
 
 def pytest_configure(config):

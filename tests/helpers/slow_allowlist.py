@@ -39,7 +39,19 @@ ALLOWED: dict[str, str] = {
     "test_prometheus_source_matches_the_truth_and_the_recording_rules":
         "a demo cluster scraped by a live Prometheus until its recording rules have "
         "evaluated over the whole run",
+    "tests/test_e2e.py::test_dpobs_demo_stops_everything_on_ctrl_c":
+        "a whole `dpobs demo` session with its Prometheus stack, interrupted once every "
+        "process is up, then every child process and port checked gone (51 s beside three "
+        "other workers' modules)",
     # -- live clusters and receivers ----------------------------------------------------------
+    "tests/adapters/transferqueue/test_transferqueue.py::"
+    "test_ray_runs_on_loopback_without_dashboard_or_usage_stats":
+        "setup: the module's live TransferQueue (a local Ray, its controller and storage "
+        "actors), 20 s alone and 64 s beside three other workers starting theirs",
+    "tests/test_invisible.py::test_the_program_sees_what_it_sees_without_dpobs[DPOBS_AUTO]":
+        "setup: the module's plain run of the program (a subprocess importing torch, Ray, "
+        "TransferQueue and Mooncake), then the same program under DPOBS_AUTO=1 (75 s beside "
+        "three other workers)",
     "tests/agent/test_multinode.py::test_same_host_port_on_two_nodes_stays_two_processes":
         "setup: the module's simulated cluster (network namespaces, a central Prometheus, an "
         "agent per node, the workload processes) run until final scrapes and rule evaluations",
