@@ -9,7 +9,7 @@ import pytest
 
 import dpobs_otel as dpobs
 from helpers import network_isolation
-from helpers.durations import SlowTests
+from helpers.durations import LIMIT_S, SlowTests
 from helpers.parallel import mark_alone, ray_tmpdir
 
 # Ray, in any test that starts or joins it, stays on loopback with no usage stats (see
@@ -32,10 +32,18 @@ def pytest_collection_modifyitems(config, items):
     mark_alone(items)
 
 
+def pytest_addoption(parser):
+    parser.addoption("--slow-limit", type=float, default=LIMIT_S, metavar="SECONDS",
+                     help="fail the run when a test not on helpers/slow_allowlist.py takes "
+                          "longer (default %(default)s); 0 only prints the slowest tests "
+                          "(make compat's cells: make test enforces the limit)")
+
+
 def pytest_configure(config):
     # Prints each run's slowest tests and fails a run with a test over the limit that is not
     # allowlisted (helpers/durations.py); it only reads reports, it changes no test.
-    config.pluginmanager.register(SlowTests(), "dpobs-slow-tests")
+    config.pluginmanager.register(SlowTests(limit_s=config.getoption("--slow-limit")),
+                                  "dpobs-slow-tests")
 
 
 def pytest_report_header(config):

@@ -107,3 +107,23 @@ def test_every_allowlist_entry_names_a_test_and_says_why(nodeid):
     assert path.startswith("tests/") and (TESTS.parent / path).is_file(), nodeid
     assert name.split("[", 1)[0] in _defined(TESTS.parent / path), nodeid
     assert len(ALLOWED[nodeid].split()) >= 3, f"{nodeid}: say why it may be slow"
+
+
+def test_a_limit_of_zero_prints_the_slowest_and_fails_nothing():
+    # make compat's cells pass --slow-limit=0 (tests/conftest.py): make test enforces it.
+    from types import SimpleNamespace
+
+    from helpers.durations import SlowTests
+    plugin = SlowTests(limit_s=0, allowed={})
+    for when, seconds in (("setup", 50.0), ("call", 70.0), ("teardown", 1.0)):
+        plugin.pytest_runtest_logreport(SimpleNamespace(nodeid="t.py::slow", when=when,
+                                                        duration=seconds))
+    session = SimpleNamespace(exitstatus=pytest.ExitCode.OK)
+    plugin.pytest_sessionfinish(session)
+    assert session.exitstatus == pytest.ExitCode.OK and plugin.over == []
+    assert plugin.total("t.py::slow") == 121.0
+    enforcing = SlowTests(limit_s=60, allowed={})
+    enforcing.phases = plugin.phases
+    enforcing.pytest_sessionfinish(session)
+    assert session.exitstatus == pytest.ExitCode.TESTS_FAILED
+    assert enforcing.over == [("t.py::slow", 121.0)]

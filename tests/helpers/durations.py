@@ -45,8 +45,9 @@ class SlowTests:
 
     @pytest.hookimpl
     def pytest_sessionfinish(self, session):
+        # A limit of 0 is none: the run only prints its slowest tests.
         self.over = sorted(((n, self.total(n)) for n in self.phases
-                            if self.total(n) > self.limit_s
+                            if 0 < self.limit_s < self.total(n)
                             and n not in self.allowed),
                            key=lambda item: -item[1])
         # Only a clean session is turned into a failing one: a failure or an interrupt keeps
@@ -59,8 +60,9 @@ class SlowTests:
         write = terminalreporter.write_line
         slowest = sorted(self.phases, key=self.total, reverse=True)[:self.shown]
         if slowest:
+            limit = f"limit {self.limit_s:g} s" if self.limit_s else "no limit"
             terminalreporter.write_sep("=", f"{len(slowest)} slowest tests "
-                                            f"(setup + call + teardown; limit {self.limit_s:g} s)")
+                                            f"(setup + call + teardown; {limit})")
             for nodeid in slowest:
                 p = self.phases[nodeid]
                 mark = " [allowlisted]" if nodeid in self.allowed else ""

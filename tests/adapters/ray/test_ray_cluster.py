@@ -20,6 +20,11 @@ import pytest
 from dpobs_otel.testing.transferqueue import LOOPBACK_ENV
 from helpers.ray_runs import run_job
 
+# In the serial pass (Makefile), not beside other workers: in the first parallel run of the
+# suite (docs/development/testing.md) this job's Rollout actor died "before it started
+# running" while three other workers were starting their clusters; alone it passes (13 s).
+pytestmark = pytest.mark.alone
+
 RAY = Path(sys.executable).with_name("ray")
 
 
