@@ -54,8 +54,10 @@ LOOPBACK_ONLY := unshare --net sh -c 'ip link set lo up && exec "$$0" "$$@"'
 # once; most tests wait on sockets, scrapes and Ray, which the workers overlap. Then the tests
 # that compare two clocks (`alone`, tests/conftest.py), serially, with nothing beside them.
 # A pass that selects nothing (PYTEST_ARGS naming one file) is not a failure; both are.
+# A worker that dies ends the run (--max-worker-restart=0): xdist would start another, and with
+# --dist loadfile a run was seen to wait forever after one (make compat's nemo-rl cell).
 TEST_WORKERS ?= 4
-PARALLEL := -n $(TEST_WORKERS) --dist loadfile
+PARALLEL := -n $(TEST_WORKERS) --dist loadfile --max-worker-restart=0
 
 test: $(STAMP) $(WHEEL_STAMP)
 	@if [ "$$(id -u)" = 0 ] && command -v ip >/dev/null && unshare --net true 2>/dev/null; then \

@@ -52,7 +52,14 @@ SWAP_OWN_E2E = ["tests/adapters/transferqueue/test_tq_own_e2e.py",
 # A cell's pytest runs in parallel workers, a test module to a worker (its live cluster
 # started once), as `make test` does (Makefile, docs/development/testing.md): most of a cell's
 # time is waiting on Ray, TransferQueue and scrapes, which four workers overlap on 2 cores.
-PARALLEL = ["-n", os.environ.get("COMPAT_WORKERS", "4"), "--dist", "loadfile"]
+# A worker that dies ends the run at once (Makefile says why). A cell may ask for a serial
+# run instead (`workers = 1` in cells.toml, with its reason).
+WORKERS = int(os.environ.get("COMPAT_WORKERS", "4"))
+
+
+def parallel(workers: int) -> list[str]:
+    return (["-n", str(workers), "--dist", "loadfile", "--max-worker-restart=0"]
+            if workers > 1 else [])
 SHOWN = ["torch", "tensordict", "transferqueue", "ray", "numpy", "opentelemetry-sdk",
          "opentelemetry-exporter-prometheus"]
 
@@ -154,7 +161,7 @@ def installed(python) -> dict:
     return json.loads(text.splitlines()[-1]) if rc == 0 else {}
 
 
-def checks(python: str, only=None) -> list[tuple[str, list[str]]]:
+def checks(python: str, only=None, workers: int = WORKERS) -> list[tuple[str, list[str]]]:
     """The cell's commands: one pytest over the selected groups of tests (one run, so its
     workers fill each other's waits and the run has one tail), then the demo's check."""
     groups = {"core+guard": CORE, "transferqueue": ADAPTER}
@@ -169,16 +176,17 @@ def checks(python: str, only=None) -> list[tuple[str, list[str]]]:
               "-o", "addopts=", "--slow-limit=0"]
     paths = [t for g in chosen for t in groups[g]]
     # Two passes, as make test runs them: the tests marked `alone` after the parallel run.
-    out = [(",".join(chosen), [*pytest, *PARALLEL, "-m", "not alone", *paths]),
+    out = [(",".join(chosen), [*pytest, *parallel(workers), "-m", "not alone", *paths]),
            ("alone", [*pytest, "-m", "alone", *paths])] if chosen else []
     if only is None or "demo" in only:
         out.append(("demo", [python, str(REPO / "compat" / "demo_check.py")]))
     return out
 
 
-def run_checks(name: str, python: str, ns: list[str], env: dict, only=None) -> list[dict]:
+def run_checks(name: str, python: str, ns: list[str], env: dict, only=None,
+               workers: int = WORKERS) -> list[dict]:
     results = []
-    for what, cmd in checks(python, only):
+    for what, cmd in checks(python, only, workers):
         rc, secs, out = sh([*ns, *cmd], cwd=REPO, env=env, timeout=1500)
         rc = 0 if rc == 5 and what == "alone" else rc  # none of the chosen tests is alone
         summary = next((line for line in reversed(out.splitlines()) if line.strip()), "")
@@ -274,7 +282,8 @@ def main() -> int:
                 results = [{"check": "build", "rc": 1, "s": 0.0}]
             else:
                 results = run_checks(name, str(built["venv"] / "bin" / "python"), ns,
-                                     cell_env(), args.checks and args.checks.split(","))
+                                     cell_env(), args.checks and args.checks.split(","),
+                                     cell.get("workers", WORKERS))
             if not args.keep:
                 shutil.rmtree(built["venv"], ignore_errors=True)
             failed = [r["check"] for r in results if r["rc"]]
@@ -291,7 +300,7 @@ def main() -> int:
         else:
             env = cell_env(os.pathsep.join([str(target), str(REPO)]))
             pytest = [str(SUITE_PY), "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                      "-o", "addopts=", "--slow-limit=0", *PARALLEL]
+                      "-o", "addopts=", "--slow-limit=0", *parallel(WORKERS)]
             rc2, s2, out2 = sh([*ns, *pytest, *swap_tests], cwd=REPO, env=env, timeout=1500)
             summary = next((ln for ln in reversed(out2.splitlines()) if ln.strip()), "")
             log(f"transferqueue {v} (suite .venv): {'ok' if rc2 == 0 else 'FAILED'} in "
