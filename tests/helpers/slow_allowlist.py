@@ -1,7 +1,7 @@
 """The tests allowed over helpers/durations.py's limit (60 s), each with its reason: test id ->
-why. Filled from the measured run in docs/development/testing.md: every test over 45 s there
-(the 60 s limit with a 15 s margin), measured on a box loaded 2-10 times over, so an idle CI
-run has far more room than that. A module's shared live set-up is charged by pytest to the
+why. Filled from the measured runs in docs/development/testing.md: every test over 45 s there
+(the 60 s limit with a 15 s margin), serially on a box loaded 2-10 times over and in `make
+test`'s four parallel workers, where a test waits for a CPU beside three others. A module's shared live set-up is charged by pytest to the
 setup of the module's first test, which is why several ids below are the first of their
 module: the reason names the set-up, not the test's own check.
 
