@@ -9,7 +9,7 @@ import pytest
 
 import dpobs_otel as dpobs
 from helpers import network_isolation
-from helpers.durations import LIMIT_S, SlowTests
+from helpers.durations import LIMIT_S, SlowTests, limit_for
 from helpers.parallel import mark_alone, ray_tmpdir
 
 # Ray, in any test that starts or joins it, stays on loopback with no usage stats (see
@@ -42,8 +42,10 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     # Prints each run's slowest tests and fails a run with a test over the limit that is not
     # allowlisted (helpers/durations.py); it only reads reports, it changes no test.
-    config.pluginmanager.register(SlowTests(limit_s=config.getoption("--slow-limit")),
-                                  "dpobs-slow-tests")
+    # Under `make test`'s four workers on 2 cores the limit is twice --slow-limit (limit_for).
+    limit = limit_for(config.getoption("--slow-limit"),
+                      getattr(config.option, "numprocesses", None), os.cpu_count())
+    config.pluginmanager.register(SlowTests(limit_s=limit), "dpobs-slow-tests")
 
 
 def pytest_report_header(config):

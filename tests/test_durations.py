@@ -127,3 +127,12 @@ def test_a_limit_of_zero_prints_the_slowest_and_fails_nothing():
     enforcing.pytest_sessionfinish(session)
     assert session.exitstatus == pytest.ExitCode.TESTS_FAILED
     assert enforcing.over == [("t.py::slow", 121.0)]
+
+
+def test_the_limit_stretches_with_more_workers_than_cores():
+    from helpers.durations import limit_for
+    assert limit_for(60, None, 2) == 60  # a serial run
+    assert limit_for(60, "auto", 2) == 60  # one worker a core
+    assert limit_for(60, 2, 2) == 60 and limit_for(60, 4, 16) == 60
+    assert limit_for(60, 4, 2) == 120  # make test here: four workers on 2 cores
+    assert limit_for(0, 4, 2) == 0  # no verdict stays none

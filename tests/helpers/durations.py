@@ -21,6 +21,18 @@ LIMIT_S = 60.0
 SHOWN = 15
 
 
+def limit_for(base_s: float, workers, cores: int | None) -> float:
+    """The limit of a run in `workers` pytest-xdist workers on `cores` CPUs: a test's wall time
+    stretches by up to workers / cores when every worker wants a CPU, so the limit stretches
+    with it; alone on the machine (no workers, or no more than the cores) it is base_s. A
+    limit of 0 (no verdict) stays 0."""
+    try:
+        workers = int(workers)
+    except (TypeError, ValueError):  # not under xdist, or "auto" (one worker a core)
+        return base_s
+    return base_s * max(1.0, workers / max(1, cores or 1))
+
+
 class SlowTests:
     """The plugin object: sums each test's phases, prints the slowest at the end, and turns a
     passing session into a failing one when a test not on the allowlist went over the limit."""
