@@ -152,7 +152,9 @@ def scrape_all(sd_dir: str | None) -> list[dict]:
                 samples = [[s.name, s.labels, s.value]
                            for f in text_string_to_metric_families(body.decode())
                            for s in f.samples if s.name.startswith("dpobs_")]
-                out.append({"labels": entry["labels"], "samples": samples})
+                # No dpobs series: the port of a killed actor, already bound again by
+                # another process (another xdist worker's, in `make test`'s parallel run).
+                out.append({"labels": entry["labels"], "samples": samples or None})
     return out
 
 
