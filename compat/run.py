@@ -46,23 +46,23 @@ ADAPTER = ["tests/adapters/transferqueue"]
 # Where the cell has Ray (verl's, NeMo-RL's pin): Ray's object store, its private names first.
 RAY = ["tests/shims/test_ray_private.py", "tests/adapters/ray"]
 # A swapped release under CI: its own e2e tests through the adapter (every call counted, guard
-# off and on) and every kv_* entry point measured, refusals included. Serially: before 0.1.8
-# (the cells' reason in cells.toml) a parallel run errored in set-up, and it takes 1-2 minutes.
+# off and on) and every kv_* entry point measured, refusals included. Serially: about 50 s a
+# release, and 0.1.6's parallel set-up errors (cells.toml) are not understood yet.
 SWAP_OWN_E2E = ["tests/adapters/transferqueue/test_tq_own_e2e.py",
                 "tests/adapters/transferqueue/test_transferqueue_calls.py"]
 # A cell's pytest runs in parallel workers, a test module to a worker (its live cluster
-# started once), as `make test` does (Makefile, docs/development/testing.md): most of a cell's
-# time is waiting on Ray, TransferQueue and scrapes, which four workers overlap on 2 cores.
-# A worker that dies ends the run at once (Makefile says why). A cell may ask for a serial
-# run instead (`workers = 1` in cells.toml, with its reason).
+# started once), as `make test TEST_WORKERS=4` does (docs/development/testing.md): most of a
+# cell's time is waiting on Ray, TransferQueue and scrapes, which four workers overlap on 2
+# cores. A worker that dies ends the run at once (Makefile says why). A cell may ask for a
+# serial run instead (`workers = 1` in cells.toml, with its reason).
 WORKERS = int(os.environ.get("COMPAT_WORKERS", "4"))
+SHOWN = ["torch", "tensordict", "transferqueue", "ray", "numpy", "opentelemetry-sdk",
+         "opentelemetry-exporter-prometheus"]
 
 
 def parallel(workers: int) -> list[str]:
     return (["-n", str(workers), "--dist", "loadfile", "--max-worker-restart=0"]
             if workers > 1 else [])
-SHOWN = ["torch", "tensordict", "transferqueue", "ray", "numpy", "opentelemetry-sdk",
-         "opentelemetry-exporter-prometheus"]
 
 
 def log(msg: str) -> None:

@@ -15,16 +15,17 @@ from helpers.parallel import mark_alone, ray_tmpdir
 # Ray, in any test that starts or joins it, stays on loopback with no usage stats (see
 # dpobs_otel/testing/transferqueue.py); set here because test modules import ray before the harness.
 os.environ.update({"RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"})
-# Under pytest-xdist (the Makefile runs the suite in several workers) each worker's Ray keeps
-# its own temp dir (helpers/parallel.py says why).
-if ray_tmpdir(os.environ):
-    os.environ["RAY_TMPDIR"] = ray_tmpdir(os.environ)
+# Under pytest-xdist (`make test TEST_WORKERS=4`, make compat's parallel cells) each worker's
+# Ray keeps its own temp dir (helpers/parallel.py says why); None in a serial run.
+WORKER_RAY_TMPDIR = ray_tmpdir(os.environ)
+if WORKER_RAY_TMPDIR:
+    os.environ["RAY_TMPDIR"] = WORKER_RAY_TMPDIR
 
 
 def pytest_unconfigure(config):
     # A worker's Ray temp dir goes with the worker: its clusters stopped with their modules.
-    if ray_tmpdir(os.environ):
-        shutil.rmtree(ray_tmpdir(os.environ), ignore_errors=True)
+    if WORKER_RAY_TMPDIR:
+        shutil.rmtree(WORKER_RAY_TMPDIR, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -42,7 +43,7 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     # Prints each run's slowest tests and fails a run with a test over the limit that is not
     # allowlisted (helpers/durations.py); it only reads reports, it changes no test.
-    # Under `make test`'s four workers on 2 cores the limit is twice --slow-limit (limit_for).
+    # In four xdist workers on 2 cores the limit is twice --slow-limit (limit_for).
     limit = limit_for(config.getoption("--slow-limit"),
                       getattr(config.option, "numprocesses", None), os.cpu_count())
     config.pluginmanager.register(SlowTests(limit_s=limit), "dpobs-slow-tests")
