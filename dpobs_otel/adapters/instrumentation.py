@@ -24,6 +24,7 @@ import logging
 import os
 import re
 import threading
+import weakref
 from typing import Callable
 
 try:
@@ -224,6 +225,20 @@ class _Shared:
 _SHARED = _Shared()
 
 
+UNBUILT = object()  # PerProcess.current before this process has built its adapter
+_LIVE: "weakref.WeakSet[PerProcess]" = weakref.WeakSet()
+
+
+def _forget_in_child() -> None:
+    """A forked child builds its own adapters (the parent's Telemetry is not its own)."""
+    for per_process in list(_LIVE):
+        per_process.current = UNBUILT
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_forget_in_child)
+
+
 class PerProcess:
     """The adapter `build(tel)` makes, built on the first measured call in each process:
     with the Telemetry given to instrument() in the process that gave it, else with the
@@ -241,9 +256,11 @@ class PerProcess:
         self._adapter = None
         self._tel = None
         self.started = None  # the Telemetry this object started, if any
-        # (pid, adapter) once built in that pid: an op's wrapper reads it with no Python call
-        # (os.getpid() is a C one) and calls adapter() only when the pid differs
-        self.ready = (None, None)
+        # The adapter once built in this process (None: dpobs off), else UNBUILT: an op's
+        # wrapper reads it with no call at all and calls adapter() only while UNBUILT. A
+        # forked child starts UNBUILT again (_forget_in_child).
+        self.current = UNBUILT
+        _LIVE.add(self)
 
     def telemetry(self):
         """This process's Telemetry (started on first use), or None if it cannot start."""
@@ -256,7 +273,7 @@ class PerProcess:
             if self._pid != os.getpid():
                 self._adapter = self._build()
                 self._pid = os.getpid()
-                self.ready = (self._pid, self._adapter)
+                self.current = self._adapter
         return self._adapter
 
     def _build(self):
@@ -278,4 +295,4 @@ class PerProcess:
         if self.started is not None and self._pid == os.getpid():
             _SHARED.release(self)
         self.started = self._adapter = self._pid = self._tel = None
-        self.ready = (None, None)
+        self.current = UNBUILT

@@ -179,7 +179,7 @@ def test_importing_a_package_imports_its_instrumentor_alone():
 
 
 def test_dpobs_starts_on_first_call_and_again_in_a_forked_child(tmp_path, monkeypatch):
-    from dpobs_otel.adapters.instrumentation import PerProcess
+    from dpobs_otel.adapters.instrumentation import UNBUILT, PerProcess
     from dpobs_otel.adapters.transferqueue import InstrumentedTransferQueue
     from dpobs_otel.adapters.transferqueue.instrumentor import _Originals
 
@@ -194,24 +194,28 @@ def test_dpobs_starts_on_first_call_and_again_in_a_forked_child(tmp_path, monkey
     try:
         assert per_process.adapter().kv_list("p") == listing
         parent = per_process.started
+        assert per_process.current is per_process.adapter()  # what Ray's wrappers read
         r, w = os.pipe()
         pid = os.fork()
         if pid == 0:  # the child: its first call starts its own dpobs
             code = 1
             try:
+                fresh = per_process.current is UNBUILT  # the parent's adapter is not the child's
                 per_process.adapter().kv_list("p")
                 child = per_process.started
                 s = scrape(child)
-                os.write(w, json.dumps([child.endpoint, value(s, OPS, op="list")]).encode())
+                fresh = fresh and per_process.current is per_process.adapter()
+                os.write(w, json.dumps([child.endpoint, value(s, OPS, op="list"),
+                                        fresh]).encode())
                 child.shutdown()
                 code = 0
             finally:
                 os._exit(code)
         os.close(w)
         with os.fdopen(r) as f:
-            child_endpoint, child_lists = json.loads(f.read() or "[null, 0]")
+            child_endpoint, child_lists, fresh = json.loads(f.read() or "[null, 0, false]")
         assert os.waitpid(pid, 0)[1] == 0
-        assert child_endpoint not in (None, parent.endpoint) and child_lists == 1
+        assert child_endpoint not in (None, parent.endpoint) and child_lists == 1 and fresh
         assert value(scrape(parent), OPS, op="list") == 1  # the child's call is not here
         assert value(scrape(parent), KEYS, op="list") == 2
     finally:

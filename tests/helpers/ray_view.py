@@ -9,8 +9,10 @@ RAYVIEW_LACK=1 takes one private name of Ray away from what dpobs finds (shims/r
 the public ops alone are then patched.
 
 RAYVIEW_BREAK=NAME makes one dpobs component on a Ray op's path raise on purpose
-(BREAKABLE: the method label, the refs' method, the returned refs' map, the object sizes); the view then also holds this process's op counts and dpobs's own error count,
-read from its /metrics, so the test sees every op still counted and the program unchanged.
+(BREAKABLE: the method label, the refs' method (of a list, of one), the returned refs' map,
+the object sizes); the view then also holds this process's op counts and dpobs's own error
+count, read from its /metrics, so the test sees every op still counted and the program
+unchanged.
 """
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ from helpers.ray_runs import job_main  # noqa: E402
 # component -> (module, attribute) that is made to raise
 BREAKABLE = {"label": ("dpobs_otel.adapters.ray.methods", "Methods.label"),
              "of": ("dpobs_otel.adapters.ray.methods", "Methods.of"),
+             "of_one": ("dpobs_otel.adapters.ray.methods", "Methods.of_one"),
              "returned": ("dpobs_otel.adapters.ray.methods", "Methods.returned"),
              "object_size": ("dpobs_otel.shims.ray_private", "object_size"),
              "stored_size": ("dpobs_otel.shims.ray_private", "stored_size")}

@@ -77,6 +77,12 @@ class Methods:
             while len(self._refs) > self._max_refs:
                 del self._refs[next(iter(self._refs))]
 
+    def of_one(self, ref) -> str | None:
+        """of((ref,)) without building a set: a ray.get of one ref is the common case, on every
+        op's path."""
+        binary = getattr(ref, "binary", None)
+        return self._refs.get(binary()) if binary is not None else None
+
     def of(self, refs) -> str | None:
         """The method that returned every ref of `refs` (MIXED for several, None when no
         call of this process returned any of them)."""

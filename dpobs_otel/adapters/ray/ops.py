@@ -15,11 +15,11 @@ from __future__ import annotations
 import functools
 import sys
 import threading
-from os import getpid
 from time import perf_counter
 
 from ... import names
 from ...shims import ray_private as ray_names
+from ..instrumentation import UNBUILT
 from .meter import DRAIN_AT
 from .methods import carried, internal
 
@@ -46,15 +46,15 @@ class Patches:
 
     def __init__(self, per_process, failed):
         # per_process.adapter() -> RayMeter, or None when dpobs is off or cannot start;
-        # per_process.ready: (pid, that meter) once built, read without a call on each op
+        # per_process.current: that, once built in this process, read with no call on each op
         self.per_process = per_process
         self.failed = failed  # (exc) -> None: dpobs's own failure, counted
         self._worker = None  # is this process a Ray worker? read once Ray has connected
 
     def meter(self):
         """This process's RayMeter (None: dpobs is off or could not start)."""
-        pid, meter = self.per_process.ready
-        return meter if pid == getpid() else self.per_process.adapter()
+        meter = self.per_process.current
+        return self.per_process.adapter() if meter is UNBUILT else meter
 
     # -- one measured call ------------------------------------------------------------------
     def measured(self, op, fn, entry, skip=(), method=None, started=None):
@@ -68,8 +68,8 @@ class Patches:
         per_process, local = self.per_process, _local
 
         def call(*args, **kwargs):
-            pid, meter = per_process.ready
-            if pid != getpid():
+            meter = per_process.current
+            if meter is UNBUILT:
                 meter = per_process.adapter()
             if meter is None:
                 return fn(*args, **kwargs)
@@ -125,12 +125,17 @@ class Patches:
     def get(self, fn):
         def entry(meter, values, dt, frame, args, kwargs):
             refs = args[0] if args else kwargs.get("object_refs")
+            methods, method = meter.methods, None
             if isinstance(refs, (list, tuple)):
                 keys = len(refs)
-            else:
-                keys, refs = 1, (refs,)
-            methods = meter.methods
-            method = self._safely(methods.of, refs) if methods.known else None
+                if methods.known:
+                    method = self._safely(methods.of, refs)
+            else:  # one ref, the common case: no call of _safely on its way
+                keys = 1
+                try:
+                    method = methods.of_one(refs) if methods.known else None
+                except Exception as exc:
+                    self.failed(exc)
             return (names.RAY_GET, method, dt, keys, frame.nbytes, frame.seconds, None, None)
         return self._wrap(fn, names.RAY_GET, entry)
 
@@ -207,7 +212,7 @@ class Patches:
             try:
                 if frame is not None:
                     if frame.op is not None and value is not dummy \
-                            and id(value) not in frame.skip:
+                            and not (frame.skip and id(value) in frame.skip):
                         frame.count += 1
                         frame.nbytes += ray_names.object_size(out)
                         frame.seconds += dt
@@ -229,9 +234,11 @@ class Patches:
             frame = getattr(local, "frame", None)
             try:
                 if frame is not None:
-                    if frame.op is not None:
-                        frame.count += len(serialized)
-                        frame.nbytes += sum(map(ray_names.stored_size, serialized))
+                    if frame.op is not None:  # most often one object: no sum(map())
+                        n, size = len(serialized), ray_names.stored_size
+                        frame.count += n
+                        frame.nbytes += size(serialized[0]) if n == 1 \
+                            else sum(map(size, serialized))
                         frame.seconds += dt
                 elif not args and kwargs.get("rdt_objects") is None \
                         and _caller(sys._getframe()) != "raise_errors":
