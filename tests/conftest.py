@@ -8,9 +8,10 @@ import shutil
 import pytest
 
 import dpobs_otel as dpobs
+from dpobs_otel.testing.processes import PORTS_ENV
 from helpers import network_isolation
 from helpers.durations import LIMIT_S, SlowTests, limit_for
-from helpers.parallel import mark_alone, ray_tmpdir
+from helpers.parallel import mark_alone, ray_tmpdir, worker_ports
 
 # Ray, in any test that starts or joins it, stays on loopback with no usage stats (see
 # dpobs_otel/testing/transferqueue.py); set here because test modules import ray before the harness.
@@ -20,6 +21,11 @@ os.environ.update({"RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CL
 WORKER_RAY_TMPDIR = ray_tmpdir(os.environ)
 if WORKER_RAY_TMPDIR:
     os.environ["RAY_TMPDIR"] = WORKER_RAY_TMPDIR
+# ... and its own ports below the ephemeral range, for free_port() and a `ray start` cluster's
+# workers (dpobs_otel/testing/processes.py); a serial run leaves DPOBS_TEST_PORTS as it is.
+WORKER_PORTS = worker_ports(os.environ)
+if WORKER_PORTS:
+    os.environ[PORTS_ENV] = WORKER_PORTS
 
 
 def pytest_unconfigure(config):

@@ -24,13 +24,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from .processes import free_port
+
 HOST = "127.0.0.1"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
 
 
 def master_binary() -> str:
@@ -86,9 +82,9 @@ class MooncakeMaster:
     def __init__(self, lease_ms: int = 500, *, start_timeout: float = 30.0,
                  extra_flags: tuple[str, ...] = ()):
         self.lease_ms = int(lease_ms)
-        self.rpc_port = _free_port()
-        self.metadata_port = _free_port()
-        self.metrics_port = _free_port()
+        self.rpc_port = free_port(HOST)
+        self.metadata_port = free_port(HOST)
+        self.metrics_port = free_port(HOST)
         self._timeout = start_timeout
         self._flags = tuple(extra_flags)
         self._dir = Path(tempfile.mkdtemp(prefix="dpobs-mooncake-"))

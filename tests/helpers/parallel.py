@@ -1,11 +1,15 @@
 """What running the suite in parallel workers needs (Makefile: pytest-xdist, a module to a
-worker; docs/development/testing.md): a Ray temp dir per worker, and the tests that compare two
-clocks set apart to run alone, in the serial pass after the parallel one."""
+worker; docs/development/testing.md): a Ray temp dir and a range of ports per worker, and the
+tests that compare two clocks set apart to run alone, in the serial pass after the parallel
+one."""
 from __future__ import annotations
 
 import pytest
 
 ALONE = "alone"
+# Worker gw<i>'s DPOBS_TEST_PORTS (dpobs_otel/testing/processes.py): PORTS ports from
+# FIRST_PORT + PORTS * i; WORKER_SLICES slices, all below Linux's ephemeral range (32768 up).
+FIRST_PORT, PORTS, WORKER_SLICES = 20000, 1500, 8
 # The fixture a test asks for when it compares two clocks (tests/conftest.py).
 CLOCKS = "no_gc"
 
@@ -20,6 +24,17 @@ def ray_tmpdir(environ) -> str | None:
     if not worker:
         return None
     return f"/tmp/dpobs-{environ.get('PYTEST_XDIST_TESTRUNUID', '')[:6]}-{worker}"
+
+
+def worker_ports(environ) -> str | None:
+    """DPOBS_TEST_PORTS for this process when it is an xdist worker ("LOW-HIGH"), else None.
+    A ninth worker shares the first's slice: free_port() skips a port bound at the time and
+    starts from an offset of its pid."""
+    worker = environ.get("PYTEST_XDIST_WORKER")
+    if not worker:
+        return None
+    low = FIRST_PORT + PORTS * (int(worker.removeprefix("gw")) % WORKER_SLICES)
+    return f"{low}-{low + PORTS - 1}"
 
 
 def mark_alone(items) -> None:

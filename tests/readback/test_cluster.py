@@ -22,6 +22,7 @@ import pytest
 from helpers import fakeprom
 import dpobs_otel as dpobs
 from dpobs_otel.readback import cluster, sources
+from dpobs_otel.testing.processes import free_port
 from dpobs_otel.testing.step_worker import step
 
 WORKER = "dpobs_otel.testing.step_worker"
@@ -138,12 +139,6 @@ def assert_critical_path(got: dict, reports: list[dict]) -> None:
 def counts(got: dict) -> tuple:
     return tuple(int(got[P + k]) for k in ("processes", "processes_restarted", "processes_lost",
                                            "processes_unreachable"))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_cluster_dict_is_the_sum_of_each_process_own_step_deltas(sd):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -23,6 +22,7 @@ from mooncake.store import MooncakeDistributedStore as Store
 import dpobs_otel as dpobs
 from dpobs_otel.adapters.mooncake import MooncakeInstrumentor, instrument_store
 from dpobs_otel.adapters.mooncake.store import MEASURED
+from dpobs_otel.testing.processes import free_port
 
 
 @pytest.fixture
@@ -129,17 +129,11 @@ store.close()
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.parametrize("switch", ["DPOBS_AUTO", "opentelemetry-instrument"])
 def test_a_script_that_never_mentions_dpobs_is_measured(master, switch):
     assert "dpobs" not in SCRIPT
     env = {k: v for k, v in os.environ.items() if not k.startswith("DPOBS_")}
-    env.update(DPOBS_ROLE="rollout", DPOBS_PORT=str(_free_port()), DPOBS_HOST="127.0.0.1",
+    env.update(DPOBS_ROLE="rollout", DPOBS_PORT=str(free_port()), DPOBS_HOST="127.0.0.1",
                MC_TCP_BIND_ADDRESS="127.0.0.1", T_META=master.metadata_url,
                T_RPC=master.rpc_address, OTEL_METRICS_EXPORTER="none",
                OTEL_TRACES_EXPORTER="none", OTEL_LOGS_EXPORTER="none")

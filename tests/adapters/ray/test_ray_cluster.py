@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from dpobs_otel.testing.processes import free_port, port_ranges
 from dpobs_otel.testing.transferqueue import LOOPBACK_ENV
 from helpers.ray_runs import run_job
 
@@ -26,12 +27,6 @@ from helpers.ray_runs import run_job
 pytestmark = pytest.mark.alone
 
 RAY = Path(sys.executable).with_name("ray")
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _up(port: int, head: subprocess.Popen, timeout: float = 60.0) -> None:
@@ -52,12 +47,17 @@ def head():
     # otherwise need the head's token file.
     clean = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root"),
              "RAY_AUTH_MODE": "disabled", **LOOPBACK_ENV}
+    # Under DPOBS_TEST_PORTS (an xdist worker's own), Ray's workers take its top ports; unset,
+    # Ray's default 10002-19999.
+    ranges = port_ranges()
+    workers = [] if ranges is None else [f"--min-worker-port={ranges[1][0]}",
+                                         f"--max-worker-port={ranges[1][-1]}"]
     for attempt in range(3):  # the port is free when picked, maybe not when Ray binds it
-        port = _port()
+        port = free_port()
         proc = subprocess.Popen(
             [str(RAY), "start", "--head", "--block", "--node-ip-address=127.0.0.1",
              f"--port={port}", "--num-cpus=4", "--include-dashboard=false",
-             "--disable-usage-stats", f"--temp-dir={temp}"],
+             "--disable-usage-stats", f"--temp-dir={temp}", *workers],
             env=clean, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             start_new_session=True)
         try:

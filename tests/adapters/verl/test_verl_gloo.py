@@ -15,7 +15,6 @@ import importlib.metadata
 import importlib.util
 import json
 import os
-import socket
 import subprocess
 import sys
 
@@ -24,6 +23,7 @@ from helpers import value
 from prometheus_client.parser import text_string_to_metric_families
 
 from dpobs_otel import names
+from dpobs_otel.testing.processes import free_port
 
 if importlib.util.find_spec("verl") is None:
     pytest.skip("verl is not installed (the suite installs it: Makefile)", allow_module_level=True)
@@ -34,12 +34,6 @@ WORLD = 3
 SYNCS = 4  # helpers.verl_gloo: versions 1-3, then one with no step
 COUNT = names.WEIGHTS_SYNC_DURATION_SERIES + "_count"
 SUM = names.WEIGHTS_SYNC_DURATION_SERIES + "_sum"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _env(**extra) -> dict:
@@ -77,7 +71,7 @@ def _push(launcher: str, tmp, measured=range(WORLD)) -> dict:
     `measured` run with nothing of dpobs in their environment."""
     procs = {}
     for rank in range(WORLD):
-        port = str(_free_port())
+        port = str(free_port())
         env = _env(V_RANK=str(rank), V_WORLD=str(WORLD), V_INIT=f"file://{tmp}/pg",
                    V_METRICS_PORT=port, **(_dpobs_env(launcher, rank, port)
                                            if rank in measured else {}))
