@@ -60,6 +60,9 @@ def _wait_listening(port: int, proc: subprocess.Popen, what: str, log: Path,
     raise TimeoutError(f"{what} did not listen on {HOST}:{port} in {timeout} s; log {log}")
 
 
+SETUP_TRIES = 3
+
+
 def connect_store(rpc_address: str, metadata_url: str, global_segment: int = 64 << 20,
                   local_buffer: int = 64 << 20):
     """A MooncakeDistributedStore set up (TCP, loopback) against the master at rpc_address.
@@ -68,11 +71,20 @@ def connect_store(rpc_address: str, metadata_url: str, global_segment: int = 64 
     os.environ.setdefault("MC_TCP_BIND_ADDRESS", HOST)
     from mooncake.store import MooncakeDistributedStore
 
-    store = MooncakeDistributedStore()
-    rc = store.setup(HOST, metadata_url, global_segment, local_buffer, "tcp", "", rpc_address)
-    if rc != 0:
-        raise RuntimeError(f"MooncakeDistributedStore.setup returned {rc}")
-    return store
+    # The store's own RPC port is named here, from free_port() (a parallel test worker's own
+    # range), not left to Mooncake, which draws one from a range every process shares; a
+    # port taken between the pick and Mooncake's bind is retried with the next.
+    for _ in range(SETUP_TRIES):
+        store = MooncakeDistributedStore()
+        local = f"{HOST}:{free_port()}"
+        rc = store.setup(local, metadata_url, global_segment, local_buffer, "tcp", "",
+                         rpc_address)
+        if rc == 0:
+            return store
+        print(f"dpobs testing: MooncakeDistributedStore.setup as {local} returned {rc}; "
+              "trying another port", file=sys.stderr)
+    raise RuntimeError(f"MooncakeDistributedStore.setup returned {rc} ({SETUP_TRIES} tries, "
+                       f"the last as {local})")
 
 
 class MooncakeMaster:
