@@ -52,12 +52,13 @@ LOOPBACK_ONLY := unshare --net sh -c 'ip link set lo up && exec "$$0" "$$@"'
 # Two passes (docs/development/testing.md): every test not marked `alone`, then the tests
 # that compare two clocks (`alone`, tests/conftest.py) with nothing beside them. A pass that
 # selects nothing (PYTEST_ARGS naming one file) is not a failure; both are.
-# TEST_WORKERS=4 runs the first pass in four pytest-xdist workers, a module to a worker (14-15
-# minutes instead of 33 here). Not the default yet: each of four parallel runs from a fresh
-# clone met a failure of its own that the serial suite never has (testing.md lists them).
+# The first pass runs in TEST_WORKERS pytest-xdist workers, a module to a worker: most tests
+# wait on sockets, scrapes and clusters, which four workers overlap on 2 cores (about 15
+# minutes instead of 33 here). Each worker has its own Ray temp dir and ports
+# (tests/helpers/parallel.py). TEST_WORKERS=1 runs it serially.
 # A worker that dies ends the run (--max-worker-restart=0): xdist would start another, and with
 # --dist loadfile a run was seen to wait forever after one (make compat's nemo-rl cell).
-TEST_WORKERS ?= 1
+TEST_WORKERS ?= 4
 ifeq ($(TEST_WORKERS),1)
 PARALLEL :=
 else

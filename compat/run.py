@@ -9,9 +9,13 @@ is built while the current one runs. Then the TransferQueue releases that no cel
 swapped into the suite's own .venv, and the dry-run resolutions beside each framework's pins.
 Prints each step's time and a summary table; exits non-zero if anything failed.
 
-    python compat/run.py [--only CELL,...] [--checks core+guard,transferqueue,demo]
+    python compat/run.py [--only CELL,...] [--checks core+guard,transferqueue,ray,demo]
                          [--swap VERSION,...] [--swap-tests own-e2e] [--skip-swap]
                          [--skip-resolve] [--keep]
+
+--checks picks checks for every cell; an entry CELL=a/b picks that cell's own instead
+(`--checks roll=transferqueue/demo,nemo-rl=ray`: roll its TransferQueue and demo checks,
+nemo-rl its Ray check, every other cell everything).
 
 --swap names the TransferQueue releases swapped into the suite's .venv (default cells.toml's
 [swap], and none with --only); --swap-tests own-e2e runs only each release's own e2e tests
@@ -184,6 +188,21 @@ def checks(python: str, only=None, workers: int = WORKERS) -> list[tuple[str, li
     return out
 
 
+def checks_for(name: str, spec: str | None) -> list[str] | None:
+    """What `--checks` picks for cell `name`: its own `NAME=a/b` entry where it has one, else
+    the entries without a cell, else everything (None)."""
+    if not spec:
+        return None
+    shared, own = [], None
+    for item in spec.split(","):
+        cell, named, picks = item.partition("=")
+        if not named:
+            shared.append(item)
+        elif cell == name:
+            own = picks.split("/")
+    return own if own is not None else (shared or None)
+
+
 def run_checks(name: str, python: str, ns: list[str], env: dict, only=None,
                workers: int = WORKERS) -> list[dict]:
     results = []
@@ -237,7 +256,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", default=None, help="comma-separated cell names")
     ap.add_argument("--checks", default=None, help="comma-separated: core+guard, "
-                    "transferqueue, demo (default all)")
+                    "transferqueue, ray, demo (default all); CELL=a/b picks a cell's own")
     ap.add_argument("--swap", default=None, help="comma-separated TransferQueue releases "
                     "to swap into the suite's .venv (default cells.toml's [swap])")
     ap.add_argument("--swap-tests", choices=["adapter", "own-e2e"], default="adapter")
@@ -283,7 +302,7 @@ def main() -> int:
                 results = [{"check": "build", "rc": 1, "s": 0.0}]
             else:
                 results = run_checks(name, str(built["venv"] / "bin" / "python"), ns,
-                                     cell_env(), args.checks and args.checks.split(","),
+                                     cell_env(), checks_for(name, args.checks),
                                      cell.get("workers", WORKERS))
             if not args.keep:
                 shutil.rmtree(built["venv"], ignore_errors=True)
