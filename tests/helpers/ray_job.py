@@ -38,7 +38,7 @@ class Rollout:
         return {"responses": chunk["prompts"] * 2.0, "lengths": chunk["lengths"] + 1}
 
     def ping(self):
-        return "pong"
+        return os.getpid()
 
 
 @ray.remote
@@ -94,15 +94,32 @@ def _error(fn) -> str | None:
 
 def _killed(victim) -> tuple[str | None, int]:
     """Call a killed actor until the call fails (the kill lands asynchronously): the error
-    class the caller saw, and how many pings it took."""
-    ray.get(victim.ping.remote())
+    class the caller saw, and how many pings it took. Returns once its process has gone too:
+    Ray fails the calls first, and a scrape in between (a loaded machine) still finds the
+    killed actor serving its metrics."""
+    pid = ray.get(victim.ping.remote())
     ray.kill(victim, no_restart=True)
     for n in range(2, 200):
         error = _error(lambda: ray.get(victim.ping.remote(), timeout=30))
         if error is not None:
+            _gone(pid)
             return error, n
         time.sleep(0.05)
     return None, n
+
+
+def _gone(pid: int, timeout: float = 30.0) -> None:
+    """Wait until process `pid` has exited (a zombie counts: it serves nothing)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rpartition(")")[2].split()[0] == "Z":
+                    return
+        except (FileNotFoundError, ProcessLookupError):
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"the killed actor's process {pid} still runs after {timeout} s")
 
 
 def job() -> dict:
