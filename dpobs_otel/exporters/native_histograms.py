@@ -104,7 +104,8 @@ class NativeReader(PrometheusMetricReader):
                         if not wanted or name in wanted)
 
     def shutdown(self, *args, **kwargs):
-        otel_sdk.release_reader(self)
+        if otel_sdk.release_reader(self):  # an old exporter's, on a registry of our own
+            return None
         return super().shutdown(*args, **kwargs)
 
 

@@ -374,21 +374,21 @@ def prometheus_reader(cls, registry) -> tuple:
     return reader, registry
 
 
-def release_reader(reader) -> None:
-    """Undo prometheus_reader's move at shutdown: an old exporter unregisters its collector
-    from the global registry, where it no longer is."""
+def release_reader(reader) -> bool:
+    """The shutdown of a reader prometheus_reader moved (True: done, the caller must not run
+    the exporter's own). An old exporter's shutdown unregisters its collector from the
+    global registry, where it is not: a KeyError, or, moved back there first, a clash with
+    another reader's names that failed MeterProvider.shutdown (the floor cell, exporter
+    0.59b0). Its collector leaves the registry it was moved to instead."""
     registry = getattr(reader, "_dpobs_registry", None)
     if registry is None:
-        return
-    from prometheus_client import REGISTRY
-
-    collector = getattr(reader, NAMES["collector"])
+        return False
     with _lock:
         try:
-            registry.unregister(collector)
-            REGISTRY.register(collector)
-        except Exception:  # already moved back, or never there
+            registry.unregister(getattr(reader, NAMES["collector"]))
+        except KeyError:  # shut down before
             pass
+    return True
 
 
 _LABEL = re.compile(r"[^a-zA-Z0-9_]")
