@@ -71,9 +71,9 @@ def connect_store(rpc_address: str, metadata_url: str, global_segment: int = 64 
     os.environ.setdefault("MC_TCP_BIND_ADDRESS", HOST)
     from mooncake.store import MooncakeDistributedStore
 
-    # The store's own RPC port is named here, from free_port() (a parallel test worker's own
-    # range), not left to Mooncake, which draws one from a range every process shares; a
-    # port taken between the pick and Mooncake's bind is retried with the next.
+    # The store's name carries a port from free_port() (a parallel test worker's own range)
+    # instead of one Mooncake picks. A setup that fails is tried again on another port, each
+    # failure printed: a parallel run once failed on -1 here, its cause not recorded.
     for _ in range(SETUP_TRIES):
         store = MooncakeDistributedStore()
         local = f"{HOST}:{free_port()}"
