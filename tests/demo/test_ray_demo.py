@@ -14,7 +14,10 @@ from dpobs_otel.demo import ray_plane, ray_report
 from dpobs_otel.demo import report as demo
 from dpobs_otel.demo.batches import Config
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(
+# In the serial pass (Makefile, `alone`): the driver's seconds are weighed against the
+# workload's own timer around each call, and beside three other workers dpobs's share of a
+# ray_call read 0.71 of it once (the bound is 0.75), the rest spent waiting for a CPU.
+pytestmark = [pytest.mark.slow, pytest.mark.alone, pytest.mark.skipif(
     importlib.util.find_spec("ray") is None, reason="the ray extra is not installed")]
 STEPS = 12
 
