@@ -5,8 +5,9 @@ With the network, each cell's virtualenv is built from the dpobs-otel wheel (one
 Python version, built here from the checkout) beside the framework's pins; then the cell's
 checks run in a loopback-only network namespace (unshare --net, only `lo` up), and its
 virtualenv is deleted (a PyPI torch is a CUDA build: several GB). The next cell's virtualenv
-is built while the current one runs. Then the TransferQueue releases that no cell runs, each
-swapped into the suite's own .venv, and the dry-run resolutions beside each framework's pins.
+is built while the current one runs, and done before its `alone` pass (tests that compare
+clocks) starts. Then the TransferQueue releases that no cell runs, each swapped into the
+suite's own .venv, and the dry-run resolutions beside each framework's pins.
 Prints each step's time and a summary table; exits non-zero if anything failed.
 
     python compat/run.py [--only CELL,...] [--checks core+guard,transferqueue,ray,demo]
@@ -204,9 +205,13 @@ def checks_for(name: str, spec: str | None) -> list[str] | None:
 
 
 def run_checks(name: str, python: str, ns: list[str], env: dict, only=None,
-               workers: int = WORKERS) -> list[dict]:
+               workers: int = WORKERS, beside=()) -> list[dict]:
+    """Each check of the cell in turn. The `alone` pass compares clocks and costs, so it
+    waits for `beside` (the next cell's virtualenv build, the downloads) to end first."""
     results = []
     for what, cmd in checks(python, only, workers):
+        if what == "alone":
+            concurrent.futures.wait([f for f in beside if f is not None])
         rc, secs, out = sh([*ns, *cmd], cwd=REPO, env=env, timeout=1500)
         rc = 0 if rc == 5 and what == "alone" else rc  # none of the chosen tests is alone
         summary = next((line for line in reversed(out.splitlines()) if line.strip()), "")
@@ -303,7 +308,8 @@ def main() -> int:
             else:
                 results = run_checks(name, str(built["venv"] / "bin" / "python"), ns,
                                      cell_env(), checks_for(name, args.checks),
-                                     cell.get("workers", WORKERS))
+                                     cell.get("workers", WORKERS),
+                                     beside=[pending, *swaps, *resolves])
             if not args.keep:
                 shutil.rmtree(built["venv"], ignore_errors=True)
             failed = [r["check"] for r in results if r["rc"]]

@@ -2,7 +2,9 @@
 each cell of the matrix it can afford: read from the script itself, not a copy."""
 from __future__ import annotations
 
+import concurrent.futures
 import importlib.util
+import threading
 from pathlib import Path
 
 import pytest
@@ -30,3 +32,23 @@ def run():
 ])
 def test_checks_for_picks_a_cell_s_own_entry_first(run, spec, cell, want):
     assert run.checks_for(cell, spec) == want
+
+
+def test_the_alone_pass_waits_for_what_runs_beside_the_cell(run, monkeypatch):
+    """The next cell's virtualenv build (and the downloads) may still run during the
+    parallel pass, but must have ended before the `alone` pass, whose tests compare clocks."""
+    build = concurrent.futures.Future()
+    seen = []
+
+    def sh(cmd, **kw):
+        seen.append((cmd[-1], build.done()))
+        if cmd[-1] == "parallel":  # the build ends a little after the parallel pass
+            threading.Timer(0.05, build.set_result, (None,)).start()
+        return 0, 0.0, "passed"
+
+    monkeypatch.setattr(run, "sh", sh)
+    monkeypatch.setattr(run, "checks", lambda *a: [("core+guard", ["parallel"]),
+                                                   ("alone", ["alone"])])
+    results = run.run_checks("cell", "python", [], {}, beside=[build, None])
+    assert seen == [("parallel", False), ("alone", True)]
+    assert [r["rc"] for r in results] == [0, 0]
