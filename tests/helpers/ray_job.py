@@ -19,6 +19,7 @@ import glob
 import hashlib
 import json
 import os
+import sys
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -145,8 +146,17 @@ def job() -> dict:
     truth["errors"]["Scorer.boom"] = _error(lambda: ray.get(scorer.boom.remote()))
     truth["errors"]["Rollout.ping"], truth["calls"]["Rollout.ping"] = _killed(rollouts[0])
     truth["refs_alive"] = len(refs)
+    truth["sdk_degradations"] = _sdk_degradations()
     truth["metrics"] = scrape_all(os.environ.get("DPOBS_SD_DIR"))
     return truth
+
+
+def _sdk_degradations() -> list[str]:
+    """What of the OpenTelemetry SDK's private names this driver's dpobs found missing (an
+    older SDK, the floor cell's): every process meets the same at its start and counts it
+    under otel_sdk, by design. Read only where dpobs is already loaded (DPOBS_AUTO)."""
+    shim = sys.modules.get("dpobs_otel.shims.otel_sdk")
+    return sorted(shim.degradations()) if shim is not None else []
 
 
 def scrape_all(sd_dir: str | None) -> list[dict]:

@@ -91,13 +91,17 @@ def test_errors_count_on_the_getter_by_class(measured):
 
 
 def test_ray_ops_are_not_data_plane_time_and_ray_s_internals_are_not_measured(measured):
+    # An older OpenTelemetry SDK (the floor cell's) lacks private names dpobs reads: each
+    # process then counts those fallbacks under otel_sdk at its start, by design, and fails
+    # nowhere else. The driver says which; where it names none, no error is allowed at all.
+    by_design = {names.OTEL_SDK_COMPONENT} if measured["sdk_degradations"] else set()
     for m in measured["metrics"]:
         for name, labels, value in m["samples"] or []:
             assert not labels.get("method", "").startswith("__ray"), labels
             if name in (names.STEP_BUSY_SERIES, names.STEP_EXPOSED_SERIES,
                         names.OUTSTANDING_SIZE_SERIES, names.OUTSTANDING_KEYS_SERIES):
                 assert value == 0, (m["labels"], name)
-            if name == names.INSTR_ERRORS_SERIES:
+            if name == names.INSTR_ERRORS_SERIES and labels["component"] not in by_design:
                 raise AssertionError(f"dpobs failed inside {m['labels']}: {labels}")
 
 
