@@ -50,6 +50,7 @@ CORE = ["tests/shims/test_otel_histogram.py", "tests/test_client.py", "tests/tes
 ADAPTER = ["tests/adapters/transferqueue"]
 # Where the cell has Ray (verl's, NeMo-RL's pin): Ray's object store, its private names first.
 RAY = ["tests/shims/test_ray_private.py", "tests/adapters/ray"]
+GROUPS = {"core+guard": CORE, "transferqueue": ADAPTER, "ray": RAY}  # --checks' names
 # A swapped release under CI: its own e2e tests through the adapter (every call counted, guard
 # off and on) and every kv_* entry point measured, refusals included. Serially: about 50 s a
 # release, and 0.1.6's parallel set-up errors (cells.toml) are not understood yet.
@@ -58,8 +59,8 @@ SWAP_OWN_E2E = ["tests/adapters/transferqueue/test_tq_own_e2e.py",
 # A cell's pytest runs in parallel workers, a test module to a worker (its live cluster
 # started once), as `make test TEST_WORKERS=4` does (docs/development/testing.md): most of a
 # cell's time is waiting on Ray, TransferQueue and scrapes, which four workers overlap on 2
-# cores. A worker that dies ends the run at once (Makefile says why). A cell may ask for a
-# serial run instead (`workers = 1` in cells.toml, with its reason).
+# cores. A worker that dies ends the run at once (Makefile says why). A cell may run some of
+# its groups serially instead (`serial = [...]` in cells.toml, with its reason).
 WORKERS = int(os.environ.get("COMPAT_WORKERS", "4"))
 SHOWN = ["torch", "tensordict", "transferqueue", "ray", "numpy", "opentelemetry-sdk",
          "opentelemetry-exporter-prometheus"]
@@ -167,12 +168,12 @@ def installed(python) -> dict:
     return json.loads(text.splitlines()[-1]) if rc == 0 else {}
 
 
-def checks(python: str, only=None, workers: int = WORKERS) -> list[tuple[str, list[str]]]:
-    """The cell's commands: one pytest over the selected groups of tests (one run, so its
-    workers fill each other's waits and the run has one tail), then the demo's check."""
-    groups = {"core+guard": CORE, "transferqueue": ADAPTER}
-    if "ray" in installed(python):
-        groups["ray"] = RAY
+def checks(python: str, only=None, serial=()) -> list[tuple[str, list[str]]]:
+    """The cell's commands: one pytest over the selected groups of tests in WORKERS workers
+    (one run, so its workers fill each other's waits and the run has one tail), one over the
+    groups the cell runs `serial`ly, one over their `alone` tests, then the demo's check."""
+    has_ray = "ray" in installed(python)
+    groups = {g: tests for g, tests in GROUPS.items() if g != "ray" or has_ray}
     chosen = [g for g in groups if only is None or g in only]
     # The venv's pytest script, not `python -m pytest`: that would put the checkout first on
     # sys.path, and the tests must import dpobs_otel from the installed wheel. The 60 s limit
@@ -180,10 +181,15 @@ def checks(python: str, only=None, workers: int = WORKERS) -> list[tuple[str, li
     # slowest tests and leaves the verdict to its tests' outcomes.
     pytest = [str(Path(python).parent / "pytest"), "-q", "-p", "no:cacheprovider",
               "-o", "addopts=", "--slow-limit=0"]
-    paths = [t for g in chosen for t in groups[g]]
-    # Two passes, as make test runs them: the tests marked `alone` after the parallel run.
-    out = [(",".join(chosen), [*pytest, *parallel(workers), "-m", "not alone", *paths]),
-           ("alone", [*pytest, "-m", "alone", *paths])] if chosen else []
+    out = []
+    for picked, workers in (([g for g in chosen if g not in serial], WORKERS),
+                           ([g for g in chosen if g in serial], 1)):
+        if picked:
+            paths = [t for g in picked for t in groups[g]]
+            out.append((",".join(picked) + ("" if workers > 1 else " (serial)"),
+                        [*pytest, *parallel(workers), "-m", "not alone", *paths]))
+    if chosen:  # as make test runs them: the tests marked `alone` after the others
+        out.append(("alone", [*pytest, "-m", "alone", *[t for g in chosen for t in groups[g]]]))
     if only is None or "demo" in only:
         out.append(("demo", [python, str(REPO / "compat" / "demo_check.py")]))
     return out
@@ -204,12 +210,12 @@ def checks_for(name: str, spec: str | None) -> list[str] | None:
     return own if own is not None else (shared or None)
 
 
-def run_checks(name: str, python: str, ns: list[str], env: dict, only=None,
-               workers: int = WORKERS, beside=()) -> list[dict]:
+def run_checks(name: str, python: str, ns: list[str], env: dict, only=None, serial=(),
+               beside=()) -> list[dict]:
     """Each check of the cell in turn. The `alone` pass compares clocks and costs, so it
     waits for `beside` (the next cell's virtualenv build, the downloads) to end first."""
     results = []
-    for what, cmd in checks(python, only, workers):
+    for what, cmd in checks(python, only, serial):
         if what == "alone":
             concurrent.futures.wait([f for f in beside if f is not None])
         rc, secs, out = sh([*ns, *cmd], cwd=REPO, env=env, timeout=1500)
@@ -271,6 +277,10 @@ def main() -> int:
     args = ap.parse_args()
     spec = tomllib.loads((REPO / "compat" / "cells.toml").read_text())
     cells = [c for c in spec["cell"] if args.only is None or c["name"] in args.only.split(",")]
+    for cell in cells:  # a misspelt group would otherwise run in the workers, unsaid
+        unknown = set(cell.get("serial", ())) - set(GROUPS)
+        if unknown:
+            ap.error(f"cells.toml: cell {cell['name']}: serial names no check {sorted(unknown)}")
     extras = spec["extras"]
     ns = loopback_only()
     WORK.mkdir(parents=True, exist_ok=True)
@@ -308,7 +318,7 @@ def main() -> int:
             else:
                 results = run_checks(name, str(built["venv"] / "bin" / "python"), ns,
                                      cell_env(), checks_for(name, args.checks),
-                                     cell.get("workers", WORKERS),
+                                     cell.get("serial", ()),
                                      beside=[pending, *swaps, *resolves])
             if not args.keep:
                 shutil.rmtree(built["venv"], ignore_errors=True)

@@ -52,3 +52,22 @@ def test_the_alone_pass_waits_for_what_runs_beside_the_cell(run, monkeypatch):
     results = run.run_checks("cell", "python", [], {}, beside=[build, None])
     assert seen == [("parallel", False), ("alone", True)]
     assert [r["rc"] for r in results] == [0, 0]
+
+
+@pytest.mark.parametrize("serial, want", [
+    ((), [("core+guard,transferqueue,ray", True), ("alone", False), ("demo", False)]),
+    (("transferqueue",), [("core+guard,ray", True), ("transferqueue (serial)", False),
+                          ("alone", False), ("demo", False)]),
+])
+def test_a_cell_runs_its_serial_groups_in_a_pytest_of_their_own(run, monkeypatch, serial,
+                                                                 want):
+    """cells.toml's `serial`: those groups' tests in one process, every other group's in
+    the workers, and every group's `alone` tests after both."""
+    monkeypatch.setattr(run, "installed", lambda python: {"ray": "2.49.2"})
+    monkeypatch.setattr(run, "WORKERS", 4)
+    got = run.checks("/venv/bin/python", serial=serial)
+    assert [(what, "-n" in cmd) for what, cmd in got] == want
+    tests = {what: [a for a in cmd if a.startswith("tests/")] for what, cmd in got}
+    serial_paths = [t for what, paths in tests.items() if "serial" in what for t in paths]
+    assert serial_paths == ([] if not serial else run.ADAPTER)
+    assert set(tests["alone"]) == set(run.CORE + run.ADAPTER + run.RAY)
