@@ -18,7 +18,7 @@ SUITE_PINS := constraints/suite.txt
 VERL_IMPORT := verl transformers huggingface-hub tokenizers safetensors regex tqdm httpx \
   httpcore h11 anyio codetiming orjson fastapi starlette annotated-doc uvicorn
 
-$(STAMP): pyproject.toml setup.py dpobs_otel/guard/_rowsums.c $(SUITE_PINS)
+$(STAMP): pyproject.toml setup.py dpobs_otel/guard/_rowsums.c dpobs_otel/adapters/ray/_fast.c $(SUITE_PINS)
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# torch first and pinned: an unpinned resolve pulls a multi-GB CUDA build.

@@ -1,5 +1,5 @@
-"""Everything is in pyproject.toml but two things that need code: the DPOBS_AUTO start-up hook
-and the guard's one-pass kernel.
+"""Everything is in pyproject.toml but what needs code: the DPOBS_AUTO start-up hook,
+the guard's one-pass kernel and the Ray adapter's op path in C.
 
 A .pth file must sit at the top of site-packages to run at interpreter start, which package
 data cannot do, so build_py copies dpobs_otel/dpobs-otel-auto.pth beside the package (see
@@ -30,4 +30,9 @@ ROWSUMS = Extension(
     # -Wno-psabi: gcc notes that AVX vectors change the ABI of functions that are all inlined.
     extra_compile_args=["-O3", "-Wno-psabi"])
 
-setup(cmdclass={"build_py": BuildPyWithStartupHook}, ext_modules=[ROWSUMS])
+# The Ray adapter's op path (dpobs_otel/adapters/ray/_fast.c): optional too, ops.py runs the
+# same path in Python where it is not built.
+RAY_FAST = Extension("dpobs_otel.adapters.ray._fast", ["dpobs_otel/adapters/ray/_fast.c"],
+                     optional=True, extra_compile_args=["-O2"])
+
+setup(cmdclass={"build_py": BuildPyWithStartupHook}, ext_modules=[ROWSUMS, RAY_FAST])

@@ -67,10 +67,16 @@ def missing() -> list[str]:
     return out
 
 
+# A serialized object's fields that give its size (SerializedObject's; the C op path reads
+# them by these names too: adapters/ray/_fast.c).
+SIZE_FIELDS = ("total_bytes", "metadata")
+
+
 def object_size(serialized) -> int:
     """Ray's object size of a serialized object (data plus metadata: what
     ray.experimental.get_object_locations() reports as object_size)."""
-    return serialized.total_bytes + len(serialized.metadata or b"")
+    total, metadata = SIZE_FIELDS
+    return getattr(serialized, total) + len(getattr(serialized, metadata) or b"")
 
 
 def stored_size(entry) -> int:

@@ -23,10 +23,15 @@ from ..instrumentation import UNBUILT
 from .meter import DRAIN_AT
 from .methods import carried, internal
 
+try:  # the op path in C (setup.py builds it where it can; _fast.c says why)
+    from . import _fast as FAST
+except ImportError:  # not built: the same path in Python, below
+    FAST = None
+
 _local = threading.local()
 
 
-class Frame:
+class PyFrame:
     """What Ray's serializer did for one op on this thread: objects, their bytes, seconds.
     op None: a call dpobs does not measure (an actor's creation) whose serialization must
     not count as anything else. Made as Frame() and its fields set after: a class without
@@ -35,6 +40,9 @@ class Frame:
     count = nbytes = 0
     seconds = 0.0
     skip = ()  # ids of the objects Ray serializes that are not arguments
+
+
+Frame = PyFrame if FAST is None else FAST.Frame
 
 
 def _frame():
@@ -65,6 +73,13 @@ class Patches:
         is not fn's (a call's: see _call). Every line here runs on each Ray op, between Ray's
         own calls, where each Python call costs several times what it costs in a loop: so
         the meter is read without one and the record appended in place."""
+        def failed(meter, args, kwargs, dt, frame, exc):
+            self._safely(self._failed, meter, op, method, args, kwargs, dt, frame, exc)
+
+        if FAST is not None:
+            return FAST.Op(fn, op, self.per_process, UNBUILT, entry, failed, self.failed,
+                           _local, DRAIN_AT, frozenset(skip) or None,
+                           -1.0 if started is None else started)
         per_process, local = self.per_process, _local
 
         def call(*args, **kwargs):
@@ -84,8 +99,7 @@ class Patches:
                 result = fn(*args, **kwargs)
             except BaseException as exc:
                 local.frame = outer
-                self._safely(self._failed, meter, op, method, args, kwargs,
-                             perf_counter() - t0, frame, exc)
+                failed(meter, args, kwargs, perf_counter() - t0, frame, exc)
                 raise
             dt = perf_counter() - t0
             local.frame = outer
@@ -145,7 +159,12 @@ class Patches:
         return self._wrap(fn, names.RAY_WAIT, entry)
 
     def _wrap(self, fn, op, entry):
-        return functools.wraps(fn)(self.measured(op, fn, entry))
+        measured = self.measured(op, fn, entry)
+        if FAST is not None:  # a function, as Ray's own is (`inspect`), around the C op
+            def call(*args, **kwargs):
+                return measured(*args, **kwargs)
+            return functools.wraps(fn)(call)
+        return functools.wraps(fn)(measured)
 
     # -- a remote call's submission ----------------------------------------------------------
     def actor_call(self, fn):
@@ -202,6 +221,9 @@ class Patches:
     # -- Ray's serializer --------------------------------------------------------------------
     def serialize(self, fn):
         dummy, local = ray_names.lookup(ray_names.DUMMY), _local
+        if FAST is not None:
+            return functools.wraps(fn)(FAST.Hook(0, fn, local, dummy, self._serialized_outside,
+                                                 self.failed, ray_names.SIZE_FIELDS))
 
         @functools.wraps(fn)
         def serialize(context, value, *args, **kwargs):
@@ -216,15 +238,23 @@ class Patches:
                         frame.count += 1
                         frame.nbytes += ray_names.object_size(out)
                         frame.seconds += dt
-                elif self._in_worker():
-                    self._returned(out, dt)
+                else:
+                    self._serialized_outside((context, value), kwargs, out, dt)
             except Exception as exc:
                 self.failed(exc)
             return out
         return serialize
 
+    def _serialized_outside(self, args, kwargs, serialized, dt):
+        """A serialization outside any op: on a worker, a return value of its task's."""
+        if self._in_worker():
+            self._returned(serialized, dt)
+
     def deserialize(self, fn):
         local = _local
+        if FAST is not None:
+            return functools.wraps(fn)(FAST.Hook(1, fn, local, None, self._read_outside,
+                                                 self.failed, ray_names.SIZE_FIELDS))
 
         @functools.wraps(fn)
         def deserialize_objects(worker, serialized, refs, *args, **kwargs):
@@ -240,13 +270,23 @@ class Patches:
                         frame.nbytes += size(serialized[0]) if n == 1 \
                             else sum(map(size, serialized))
                         frame.seconds += dt
-                elif not args and kwargs.get("rdt_objects") is None \
-                        and _caller(sys._getframe()) != "raise_errors":
-                    self._unframed_read(serialized, refs, out, dt)
+                else:
+                    self._read_outside((worker, serialized, refs, *args), kwargs, out, dt,
+                                       sys._getframe())
             except Exception as exc:
                 self.failed(exc)
             return out
         return deserialize_objects
+
+    def _read_outside(self, args, kwargs, values, dt, hook=None):
+        """A deserialization outside any op (`hook`: the Python frame that saw it; from C,
+        this call's own, since C leaves none): a task's arguments on a worker, or an `await
+        ref`; neither when Ray reads an error to raise it, or objects of a transport of its
+        own (rdt_objects)."""
+        _, serialized, refs, *rest = args
+        if not rest and (kwargs or {}).get("rdt_objects") is None \
+                and _caller(hook or sys._getframe()) != "raise_errors":
+            self._unframed_read(serialized, refs, values, dt)
 
     def _in_worker(self) -> bool:
         """Is this process a Ray worker? Asked on every serialization outside an op, so the
