@@ -99,3 +99,9 @@ def test_the_guards_c_kernel_ships_in_the_wheel(installed):
     probe = ("from dpobs_otel.guard import kernel; import torch; "
              "print(kernel.LIB is not None and kernel.usable(torch.zeros(4, dtype=torch.int32)))")
     assert _run([str(venv / "bin" / "python"), "-c", probe], cwd=work).strip() == "True"
+
+
+def test_the_ray_adapter_s_c_op_path_ships_in_the_wheel(installed):
+    venv, work = installed
+    probe = "from dpobs_otel.adapters.ray import ops; print(ops.FAST is not None)"
+    assert _run([str(venv / "bin" / "python"), "-c", probe], cwd=work).strip() == "True"
