@@ -7,14 +7,16 @@ Arms:
   off  Ray as it is: the driver's functions Ray's own, the call to an actor started without
        dpobs;
   on   the driver's functions dpobs's (RayInstrumentor into a started Telemetry), the call to
-       an actor started with DPOBS_AUTO=1 (its ray_args and ray_return measured too).
-Every round runs each shape `reps` times per arm, the arms' order alternating, so drift hits
-both alike. Printed per shape: the median per-op wall time of each arm, the difference in
-microseconds with the spread of the per-round differences (their 10th-90th percentiles),
-the difference as a fraction of the off arm, and the driver's CPU time per op each arm.
+       an actor started with DPOBS_AUTO=1 (its ray_args and ray_return measured too);
+  py   with --python: as `on`, the driver's op path in Python (ops.py's, what runs where
+       _fast.c was not built); its actor the same as `on`'s.
+Every round runs each shape `reps` times per arm, the arms' order rotating, so drift hits
+all alike. Printed per shape and arm: the median per-op wall time, the difference from `off`
+in microseconds with the spread of the per-round differences (their 10th-90th percentiles),
+the difference as a fraction of the off arm, and the driver's CPU time per op.
 Required (issue 42): at most 2% at 1 MiB and at most 15 us per op at 1 KiB; goal 0.5% and 8 us.
 
-    .venv/bin/python benchmarks/ray [--rounds 15] [--json OUT]
+    .venv/bin/python benchmarks/ray [--rounds 15] [--python] [--json OUT]
 
 (A folder run as a script, not benchmarks/ray.py: Python puts a script's own folder first on
 sys.path, where a ray.py would stand in for Ray.)
@@ -32,7 +34,7 @@ import numpy as np
 import ray
 
 import dpobs_otel as dpobs
-from dpobs_otel.adapters.ray import RayInstrumentor
+from dpobs_otel.adapters.ray import RayInstrumentor, ops
 from dpobs_otel.adapters.ray.ops import Patches
 from dpobs_otel.adapters.ray.patching import sites
 from dpobs_otel.demo.progress import Line
@@ -51,14 +53,24 @@ class Sink:
 class Arms:
     """Switches the driver between Ray's functions and dpobs's, attribute by attribute."""
 
-    def __init__(self, tel):
+    def __init__(self, tel, python: bool):
         where = [(owner, attr) for owner, attr, _ in sites(Patches(None, None), missing())]
-        self.plain = [(o, a, o.__dict__[a]) for o, a in where]
-        RayInstrumentor().instrument(telemetry=tel)
-        self.measured = [(o, a, o.__dict__[a]) for o, a in where]
+        self.fns = {"off": [(o, a, o.__dict__[a]) for o, a in where]}
+        instrumentor = RayInstrumentor()
+        instrumentor.instrument(telemetry=tel)
+        self.fns["on"] = [(o, a, o.__dict__[a]) for o, a in where]
+        if python:  # the same patches made by ops.py's Python path, around Ray's own
+            saved = ops.FAST, ops.Frame
+            ops.FAST, ops.Frame = None, ops.PyFrame
+            try:
+                patches = Patches(instrumentor._per_process, lambda exc: None)
+                self.fns["py"] = [(o, a, make(plain)) for (o, a, make), (_, _, plain)
+                                  in zip(sites(patches, missing()), self.fns["off"])]
+            finally:
+                ops.FAST, ops.Frame = saved
 
     def use(self, arm: str) -> None:
-        for owner, attr, fn in self.plain if arm == "off" else self.measured:
+        for owner, attr, fn in self.fns[arm]:
             setattr(owner, attr, fn)
 
 
@@ -66,7 +78,7 @@ def _op(shape: str, sinks: dict, arm: str, data: dict):
     if shape.startswith("put_get"):
         x = data[shape.rsplit("_", 1)[1]]
         return lambda: ray.get(ray.put(x))
-    sink, x = sinks[arm], data["1m"]
+    sink, x = sinks["off" if arm == "off" else "on"], data["1m"]
     return lambda: ray.get(sink.echo_len.remote(x))
 
 
@@ -81,11 +93,12 @@ def _timed(fn, reps: int) -> tuple[float, float]:
 def measure(arms: Arms, sinks: dict, rounds: int) -> dict:
     data = {k: np.random.default_rng(0).integers(0, 255, n, dtype=np.uint8)
             for k, n in SIZES.items()}
-    times = {s: {"off": [], "on": []} for s in REPS}
+    names = list(arms.fns)
+    times = {s: {arm: [] for arm in names} for s in REPS}
     progress = Line(sys.stderr)
     for r in range(rounds):
         for shape, reps in REPS.items():
-            for arm in ("off", "on") if r % 2 == 0 else ("on", "off"):
+            for arm in names[r % len(names):] + names[:r % len(names)]:
                 arms.use(arm)
                 op = _op(shape, sinks, arm, data)
                 op()  # warm: the first call of an arm after a switch
@@ -98,29 +111,32 @@ def measure(arms: Arms, sinks: dict, rounds: int) -> dict:
 
 def report(times: dict) -> dict:
     out = {}
-    print(f"{'shape':<13}{'off us':>10}{'on us':>10}{'diff us':>10}{'p10..p90':>18}"
-          f"{'diff %':>9}{'cpu off':>10}{'cpu on':>9}")
+    print(f"{'shape':<13}{'arm':<5}{'off us':>10}{'arm us':>10}{'diff us':>10}{'p10..p90':>18}"
+          f"{'diff %':>9}{'cpu off':>10}{'cpu arm':>9}")
     for shape, arms in times.items():
         off = [w for w, _ in arms["off"]]
-        on = [w for w, _ in arms["on"]]
-        diffs = sorted(b - a for a, b in zip(off, on))
-        q = statistics.quantiles(diffs, n=10) if len(diffs) > 1 else diffs * 9
-        row = {"off_us": statistics.median(off) * 1e6, "on_us": statistics.median(on) * 1e6,
-               "diff_us": statistics.median(diffs) * 1e6, "p10_us": q[0] * 1e6,
-               "p90_us": q[-1] * 1e6,
-               "cpu_off_us": statistics.median(c for _, c in arms["off"]) * 1e6,
-               "cpu_on_us": statistics.median(c for _, c in arms["on"]) * 1e6}
-        row["diff_frac"] = row["diff_us"] / row["off_us"]
-        out[shape] = row
-        print(f"{shape:<13}{row['off_us']:>10.1f}{row['on_us']:>10.1f}{row['diff_us']:>10.1f}"
-              f"{row['p10_us']:>9.1f}..{row['p90_us']:<7.1f}{row['diff_frac']:>9.2%}"
-              f"{row['cpu_off_us']:>10.1f}{row['cpu_on_us']:>9.1f}")
+        for arm in [a for a in arms if a != "off"]:
+            on = [w for w, _ in arms[arm]]
+            diffs = sorted(b - a for a, b in zip(off, on))
+            q = statistics.quantiles(diffs, n=10) if len(diffs) > 1 else diffs * 9
+            row = {"off_us": statistics.median(off) * 1e6, "on_us": statistics.median(on) * 1e6,
+                   "diff_us": statistics.median(diffs) * 1e6, "p10_us": q[0] * 1e6,
+                   "p90_us": q[-1] * 1e6,
+                   "cpu_off_us": statistics.median(c for _, c in arms["off"]) * 1e6,
+                   "cpu_on_us": statistics.median(c for _, c in arms[arm]) * 1e6}
+            row["diff_frac"] = row["diff_us"] / row["off_us"]
+            out[shape if arm == "on" else f"{shape}/{arm}"] = row
+            print(f"{shape:<13}{arm:<5}{row['off_us']:>10.1f}{row['on_us']:>10.1f}"
+                  f"{row['diff_us']:>10.1f}{row['p10_us']:>9.1f}..{row['p90_us']:<7.1f}"
+                  f"{row['diff_frac']:>9.2%}{row['cpu_off_us']:>10.1f}{row['cpu_on_us']:>9.1f}")
     return out
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--python", action="store_true",
+                        help="a third arm: the driver's op path in Python (ops.py's)")
     parser.add_argument("--json", help="write the figures here")
     args = parser.parse_args(argv)
     os.environ.update({"RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"})
@@ -132,7 +148,7 @@ def main(argv=None) -> int:
                  "on": Sink.options(runtime_env={"env_vars": {
                      "DPOBS_AUTO": "1", "DPOBS_JOB": "bench-ray"}}).remote()}
         ray.get([s.echo_len.remote(b"") for s in sinks.values()])
-        arms = Arms(tel)
+        arms = Arms(tel, args.python)
         figures = report(measure(arms, sinks, args.rounds))
     finally:
         RayInstrumentor().uninstrument()
