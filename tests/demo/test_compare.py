@@ -10,7 +10,11 @@ from dpobs_otel.demo.backends import available
 from dpobs_otel.demo.batches import Config
 from dpobs_otel.testing.stack import Stack
 
-pytestmark = pytest.mark.slow
+# In the serial pass (Makefile, `alone`): each role's and op's share, read from Prometheus's
+# rate() of two processes' series, is held against the workload's own clock within the
+# extrapolation's slack, and beside three other workers the transferqueue trainer's share
+# read 0.426 once (5cbaa0c's CI, the bound 0.4255); every serial run had passed.
+pytestmark = [pytest.mark.slow, pytest.mark.alone]
 
 
 @pytest.fixture(scope="module")
