@@ -69,6 +69,14 @@ static int report(PyObject *on_error) {
     return 0;
 }
 
+/* Each slot takes a new reference to its object (an __init__ called again drops the old). */
+static void hold(PyObject **slots[], PyObject *held[], size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        Py_INCREF(held[i]);
+        Py_XSETREF(*slots[i], held[i]);
+    }
+}
+
 /* -- Frame ---------------------------------------------------------------------------------- */
 typedef struct {
     PyObject_HEAD
@@ -169,10 +177,7 @@ static int op_init(Op *self, PyObject *args, PyObject *kwargs) {
     PyObject **slots[] = {&self->fn, &self->op, &self->per_process, &self->unbuilt,
                           &self->entry, &self->failed, &self->on_error, &self->local,
                           &self->skip};
-    for (size_t i = 0; i < sizeof held / sizeof *held; i++) {
-        Py_INCREF(held[i]);
-        Py_XSETREF(*slots[i], held[i]);
-    }
+    hold(slots, held, sizeof held / sizeof *held);
     self->drain_at = drain_at;
     self->started = started;
     return 0;
@@ -327,10 +332,7 @@ static int hook_init(Hook *self, PyObject *args, PyObject *kwargs) {
     PyObject *held[] = {fn, local, dummy, outside, on_error, total_bytes, metadata};
     PyObject **slots[] = {&self->fn, &self->local, &self->dummy, &self->outside,
                           &self->on_error, &self->total_bytes, &self->metadata};
-    for (size_t i = 0; i < sizeof held / sizeof *held; i++) {
-        Py_INCREF(held[i]);
-        Py_XSETREF(*slots[i], held[i]);
-    }
+    hold(slots, held, sizeof held / sizeof *held);
     return 0;
 }
 
