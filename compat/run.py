@@ -225,8 +225,16 @@ def run_checks(name: str, python: str, ns: list[str], env: dict, only=None, seri
             f" - {summary[:150]}")
         if rc:
             print(out[-8000:], flush=True)
-        results.append({"check": what, "rc": rc, "s": secs})
+        results.append({"check": what, "rc": rc, "s": secs, "tests": failures(out) if rc else []})
     return results
+
+
+def failures(out: str, most: int = 8) -> list[str]:
+    """pytest's short summary lines of what failed, for the summary: CI shows a log's tail,
+    and a failed check's own output scrolls out of it behind the next cells'."""
+    lines = [ln for ln in out.splitlines() if ln.startswith(("FAILED ", "ERROR "))]
+    return [ln[:200] for ln in lines[:most]] + ([f"... and {len(lines) - most} more"]
+                                                if len(lines) > most else [])
 
 
 def cell_env(extra_path: str | None = None) -> dict:
@@ -325,7 +333,8 @@ def main() -> int:
             failed = [r["check"] for r in results if r["rc"]]
             rows.append({"name": name, "versions": built["versions"] or
                          {"python": cell["python"]}, "build_s": built["build_s"],
-                         "run_s": time.monotonic() - t0, "ok": not failed, "failed": failed})
+                         "run_s": time.monotonic() - t0, "ok": not failed, "failed": failed,
+                         "tests": [t for r in results for t in r.get("tests", ())]})
 
     for future in swaps:
         v, target, rc, secs, out = future.result()
@@ -343,13 +352,15 @@ def main() -> int:
                 f"{s2:.0f} s - {summary[:150]}")
             if rc2:
                 print(out2[-8000:], flush=True)
-            results = [{"check": "transferqueue", "rc": rc2, "s": s2}]
+            results = [{"check": "transferqueue", "rc": rc2, "s": s2,
+                        "tests": failures(out2) if rc2 else []}]
         shutil.rmtree(target, ignore_errors=True)
         vers = installed(SUITE_PY)
         vers.update(transferqueue=v)
         rows.append({"name": f"tq-{v}", "versions": vers, "build_s": secs,
                      "run_s": time.monotonic() - t0, "ok": not any(r["rc"] for r in results),
-                     "failed": [r["check"] for r in results if r["rc"]]})
+                     "failed": [r["check"] for r in results if r["rc"]],
+                     "tests": [t for r in results for t in r.get("tests", ())]})
 
     rows += [future.result() for future in resolves]
     net.shutdown()
@@ -368,6 +379,7 @@ def table(rows: list[dict], total: float) -> str:
     widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
     lines = ["", "make compat: summary", "  ".join(h.ljust(w) for h, w in zip(head, widths))]
     lines += ["  ".join(str(x).ljust(w) for x, w in zip(row, widths)) for row in body]
+    lines += [f"{r['name']}: {t}" for r in rows for t in r.get("tests", ())]
     failed = sum(not r["ok"] for r in rows)
     lines.append(f"{len(rows) - failed} of {len(rows)} passed; matrix time {total / 60:.1f} min")
     return "\n".join(lines)

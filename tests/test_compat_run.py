@@ -71,3 +71,28 @@ def test_a_cell_runs_its_serial_groups_in_a_pytest_of_their_own(run, monkeypatch
     serial_paths = [t for what, paths in tests.items() if "serial" in what for t in paths]
     assert serial_paths == ([] if not serial else run.ADAPTER)
     assert set(tests["alone"]) == set(run.CORE + run.ADAPTER + run.RAY)
+
+
+def test_the_summary_names_each_failed_test_under_its_cell(run, monkeypatch):
+    """CI shows the end of a log: the summary table must name what failed, since a failed
+    check's own output scrolls out of that end behind the next cells'."""
+    outs = {"parallel": (1, "....F.E\nFAILED tests/a.py::t - AssertionError: x\n"
+                            "ERROR tests/b.py::u - OSError\n1 failed, 1 error"),
+            "alone": (0, "FAILED looks like a summary line but the check passed\n1 passed")}
+    monkeypatch.setattr(run, "sh", lambda cmd, **kw: (outs[cmd[-1]][0], 0.0, outs[cmd[-1]][1]))
+    monkeypatch.setattr(run, "checks", lambda *a: [("core+guard", ["parallel"]),
+                                                   ("alone", ["alone"])])
+    results = run.run_checks("roll", "python", [], {})
+    row = {"name": "roll", "versions": {}, "build_s": 1, "run_s": 2, "ok": False,
+           "failed": ["core+guard"], "tests": [t for r in results for t in r["tests"]]}
+    lines = run.table([row], 60).splitlines()
+    assert lines[-3:] == ["roll: FAILED tests/a.py::t - AssertionError: x",
+                          "roll: ERROR tests/b.py::u - OSError",
+                          "0 of 1 passed; matrix time 1.0 min"]
+
+
+def test_a_long_list_of_failures_is_cut_with_its_count(run):
+    out = "\n".join(f"ERROR tests/m.py::t{i} - RuntimeError" for i in range(20))
+    got = run.failures(out)
+    assert got[:8] == [f"ERROR tests/m.py::t{i} - RuntimeError" for i in range(8)]
+    assert got[8:] == ["... and 12 more"]
