@@ -164,8 +164,12 @@ def test_async_variants_measured_like_sync(cluster, make_tel):
     assert value(s, "dpobs_client_outstanding_keys") == 0
 
 
+# no_gc: it compares two clocks, so it runs alone. Beside three workers and a virtualenv
+# build (the verl-0.9 cell at 1e1b06c), the gather's exposure read 0.230 against the task's
+# 0.251: the loop's clock also counts its wake-up after each read, which load stretches.
 @pytest.mark.parametrize("shape", ["gather", "prefetch-task"])
-def test_async_api_exposes_the_awaiting_task_not_the_worker_thread(cluster, make_tel, shape):
+def test_async_api_exposes_the_awaiting_task_not_the_worker_thread(cluster, make_tel, shape,
+                                                                   no_gc):
     """TransferQueue's async_kv_* run their measured path on worker threads: exposure must
     follow the step's task (a gather it awaits is exposed, a prefetch task it does not
     await while computing is not), against the task's own clock, within 0.02 of step time."""
