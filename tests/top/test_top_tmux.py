@@ -17,7 +17,11 @@ from helpers.top import Tmux, number, refused_port, table
 
 from dpobs_otel.names import JOB_OP_NATIVE_QUANTILE
 
-pytestmark = pytest.mark.slow
+# In the serial pass (Makefile, `alone`): top's window and Prometheus's are two observers
+# of the same steps, and each answer must match to its rounding. Beside three workers in
+# 6a3e7e7's fresh-clone CI the get's share showed 67.5% against Prometheus's 67.2% (about
+# one get of 37 ms on one side of an edge and not the other); every earlier run had passed.
+pytestmark = [pytest.mark.slow, pytest.mark.alone]
 
 STEPS = 40
 DEMO = dict(trainers=2, batch_size=32, min_len=32, max_len=256, latency_s=0.01, verify=True,
