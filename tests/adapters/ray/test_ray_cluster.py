@@ -40,13 +40,20 @@ def _up(port: int, head: subprocess.Popen, timeout: float = 60.0) -> None:
     raise TimeoutError(f"ray start --head: no GCS on port {port} within {timeout} s")
 
 
+# The head's auth mode, and the driver's. The driver must not inherit another mode from this
+# process: a local Ray started in it earlier (a TransferQueue module's, in the same pass) left
+# RAY_AUTH_MODE=token in os.environ, and a token driver's actors on this head were cancelled
+# before they started (the failure this test met in its serial pass since the first runs).
+NO_TOKEN = {"RAY_AUTH_MODE": "disabled"}
+
+
 @pytest.fixture
 def head():
     temp = tempfile.mkdtemp(prefix="rs", dir="/tmp")  # short: Ray's socket paths are bounded
     # Token authentication off, as for the suite's other local clusters: a driver would
     # otherwise need the head's token file.
     clean = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root"),
-             "RAY_AUTH_MODE": "disabled", **LOOPBACK_ENV}
+             **NO_TOKEN, **LOOPBACK_ENV}
     # Under DPOBS_TEST_PORTS (an xdist worker's own), Ray's workers take its top ports; unset,
     # Ray's default 10002-19999.
     ranges = port_ranges()
@@ -86,7 +93,7 @@ def head():
 
 
 def test_workers_of_a_ray_start_cluster_are_measured_through_runtime_env(head, tmp_path):
-    job = run_job(tmp_path, RAYJOB_ADDRESS=head, DPOBS_AUTO="1",
+    job = run_job(tmp_path, RAYJOB_ADDRESS=head, DPOBS_AUTO="1", **NO_TOKEN,
                   DPOBS_SD_DIR=str(tmp_path / "sd"))
     roles = sorted(m["labels"]["role"] for m in job["metrics"])
     assert roles == ["Critic", "Rollout", "Rollout", "Scorer", "driver"]
