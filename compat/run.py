@@ -237,6 +237,13 @@ def failures(out: str, most: int = 8) -> list[str]:
                                                 if len(lines) > most else [])
 
 
+def outcome(results: list[dict]) -> dict:
+    """A summary row's verdict from its checks: ok, the failed checks, their failed tests."""
+    failed = [r["check"] for r in results if r["rc"]]
+    return {"ok": not failed, "failed": failed,
+            "tests": [t for r in results for t in r.get("tests", ())]}
+
+
 def cell_env(extra_path: str | None = None) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DPOBS_", "VIRTUAL_ENV"))}
     env.pop("PYTHONPATH", None)
@@ -330,11 +337,9 @@ def main() -> int:
                                      beside=[pending, *swaps, *resolves])
             if not args.keep:
                 shutil.rmtree(built["venv"], ignore_errors=True)
-            failed = [r["check"] for r in results if r["rc"]]
             rows.append({"name": name, "versions": built["versions"] or
                          {"python": cell["python"]}, "build_s": built["build_s"],
-                         "run_s": time.monotonic() - t0, "ok": not failed, "failed": failed,
-                         "tests": [t for r in results for t in r.get("tests", ())]})
+                         "run_s": time.monotonic() - t0, **outcome(results)})
 
     for future in swaps:
         v, target, rc, secs, out = future.result()
@@ -358,9 +363,7 @@ def main() -> int:
         vers = installed(SUITE_PY)
         vers.update(transferqueue=v)
         rows.append({"name": f"tq-{v}", "versions": vers, "build_s": secs,
-                     "run_s": time.monotonic() - t0, "ok": not any(r["rc"] for r in results),
-                     "failed": [r["check"] for r in results if r["rc"]],
-                     "tests": [t for r in results for t in r.get("tests", ())]})
+                     "run_s": time.monotonic() - t0, **outcome(results)})
 
     rows += [future.result() for future in resolves]
     net.shutdown()

@@ -96,3 +96,11 @@ def test_a_long_list_of_failures_is_cut_with_its_count(run):
     got = run.failures(out)
     assert got[:8] == [f"ERROR tests/m.py::t{i} - RuntimeError" for i in range(8)]
     assert got[8:] == ["... and 12 more"]
+
+
+def test_a_row_s_verdict_names_its_failed_checks_and_their_tests(run):
+    got = run.outcome([{"check": "build", "rc": 1, "s": 0.0},
+                       {"check": "alone", "rc": 0, "s": 1.0, "tests": []},
+                       {"check": "demo", "rc": 2, "s": 1.0, "tests": ["FAILED t"]}])
+    assert got == {"ok": False, "failed": ["build", "demo"], "tests": ["FAILED t"]}
+    assert run.outcome([{"check": "alone", "rc": 0, "s": 1.0}])["ok"]
