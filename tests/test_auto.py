@@ -36,6 +36,15 @@ def test_an_interpreter_that_never_touches_the_data_plane_imports_nothing_heavy(
     assert json.loads(out) == []
 
 
+def test_a_started_dpobs_imports_nothing_heavy_but_opentelemetry():
+    """dpobs.start() runs in each process a measured op reaches (a Ray worker starts it on its
+    first op, DPOBS_AUTO=1); a torch it imported there made every such op wait on torch's
+    import (docs/development/testing.md, "Slow actor starts")."""
+    out = _python("import sys, json, dpobs_otel as d; d.start(role='x', port=0); "
+                  f"print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))")
+    assert json.loads(out) == ["opentelemetry"]
+
+
 def test_importing_transfer_queue_instruments_it_only_when_asked():
     probe = ("import transfer_queue as tq, json; "
              "print(json.dumps(hasattr(tq.kv_batch_put, '__wrapped__')))")

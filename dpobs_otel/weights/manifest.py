@@ -50,10 +50,12 @@ import weakref
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from time import monotonic
-
-import torch
+from typing import TYPE_CHECKING
 
 from .. import names
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger("dpobs_otel")
 
@@ -83,11 +85,13 @@ def loads(data: bytes) -> tuple[int, dict[str, int], str]:
 
 def encode(version: int, digests: dict[str, int]) -> torch.Tensor:
     """The in-band item's tensor."""
+    import torch  # here, not above: every dpobs.start() imports this module (tel.weights)
     return torch.frombuffer(bytearray(dumps(version, digests)), dtype=torch.uint8)
 
 
 def decode(tensor: torch.Tensor) -> tuple[int, dict[str, int]]:
     """(version, {name: digest}) of an in-band item's tensor."""
+    import torch
     raw = tensor.detach().to("cpu").contiguous().reshape(-1)
     if raw.dtype != torch.uint8:
         raise ValueError(f"a weights manifest is uint8, got {raw.dtype}")

@@ -1,7 +1,8 @@
 """What a Ray program can see of Ray, written as JSON so that a run with dpobs and one without
 can be compared whole (tests/adapters/ray/test_ray_harmless.py): the signatures and `inspect`
 answers of the entry points dpobs replaces, the types of refs and results, the exceptions
-raised (class, module, message, identity of what the raiser threw), and the results.
+raised (class, module, message, identity of what the raiser threw), the results, and
+whether the driver and an actor have torch imported (the program never imports it).
 
     python -m helpers.ray_view OUT.json
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import sys
 import urllib.request
 
 from dpobs_otel.shims import ray_private
@@ -52,6 +54,9 @@ class Echo:
 
     def fail(self):
         raise KeyError("planted by the program")
+
+    def has_torch(self):
+        return "torch" in sys.modules
 
 
 @ray.remote
@@ -112,7 +117,10 @@ def view() -> dict:
     echo = Echo.remote()
     ref = ray.put({"rows": list(range(1000))})
     call = echo.echo.remote(ref, twice=True)
-    ready, pending = ray.wait([call, double.remote(21)], num_returns=2, timeout=60)
+    # No timeout: the answer is [2, 0] only if the wait never times out, and on 2 busy cores
+    # (a CI matrix cell beside the next cell's virtualenv build) a measured run's first actor
+    # took over 60 s to start. run_job's own limit bounds a hang.
+    ready, pending = ray.wait([call, double.remote(21)], num_returns=2, timeout=None)
     return {"entry_points": _entry_points(),
             "ref_type": type(ref).__module__ + "." + type(ref).__qualname__,
             "call_type": type(call).__qualname__,
@@ -121,7 +129,10 @@ def view() -> dict:
             "method_signature": _signature(echo.echo.remote),
             "raised": _raised(lambda: ray.get(echo.fail.remote())),
             "bad_input": _raised(lambda: ray.get("not a ref")),
-            "timeout": _raised(lambda: ray.get(echo.echo.remote(1), timeout=-1))}
+            "timeout": _raised(lambda: ray.get(echo.echo.remote(1), timeout=-1)),
+            # A program that never imports torch: dpobs must not either, in the driver or in
+            # a worker (each measured process starts dpobs on its first op).
+            "torch_imported": ["torch" in sys.modules, ray.get(echo.has_torch.remote())]}
 
 
 def _own_counts() -> dict:
