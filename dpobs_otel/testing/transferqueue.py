@@ -99,8 +99,11 @@ def call(fn: Callable[..., Any], *args: Any, timeout_s: float = 30.0, **kwargs: 
     return box.get("value")
 
 
-def start(timeout_s: float = 90.0, num_cpus: int = NUM_CPUS, metrics: bool = False) -> TQHandle:
+def start(timeout_s: float = 240.0, num_cpus: int = NUM_CPUS, metrics: bool = False) -> TQHandle:
     """Start a private local Ray instance and TransferQueue (one storage unit) in this process.
+    timeout_s bounds tq.init, whose actors each start a Python that imports torch: a guard
+    against a hang, generous because on 2 busy cores (a CI matrix cell's tests beside the next
+    cell's virtualenv build) those starts took over 90 s.
     metrics: with TransferQueue's own exporter (0.1.7 on), collecting its storage units'
     figures every METRICS_COLLECT_S unless TQ_METRICS_COLLECT_INTERVAL says otherwise."""
     global _started_here

@@ -76,7 +76,7 @@ def init_view() -> dict:
     from dpobs_otel.testing.transferqueue import call, start, stop
 
     _launcher_off_for_ray()
-    start(timeout_s=240)  # not the launcher's 90 s: CI's 2 cores can be busy as Ray starts
+    start()
     try:
         call(tq.kv_batch_put, keys=["a", "b"], partition_id="p",
              fields=TensorDict({"x": torch.arange(6).reshape(2, 3)}, batch_size=[2]))

@@ -99,7 +99,7 @@ def live(tmp_path_factory):
     inst = TransferQueueInstrumentor()
     inst.instrument(telemetry=tel)
     try:
-        handle = start(timeout_s=240)  # the launcher's tq.init, measured: the exporter on
+        handle = start()  # the launcher's tq.init, measured: the exporter on
         (path,) = _controller_files(sd)
         with open(path) as f:
             (group,) = json.load(f)
