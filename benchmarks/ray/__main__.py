@@ -3,6 +3,9 @@
 Shapes, each a driver-side round trip timed on the driver's wall clock and CPU clock:
   put_get_1k, put_get_1m, put_get_64m   ray.get(ray.put(x)) of a numpy array of that size
   call_1m                               ray.get(sink.echo_len.remote(x)), x 1 MiB by value
+  actor_start                           a new actor's first call returned, its worker a fresh
+                                        process (DPOBS_AUTO=1 in `on`: dpobs starts there on
+                                        that call; once a round)
 Arms:
   off  Ray as it is: the driver's functions Ray's own, the call to an actor started without
        dpobs;
@@ -50,6 +53,23 @@ class Sink:
         return len(x)
 
 
+@ray.remote
+class Fresh:
+    def ready(self):
+        return True
+
+
+# Both arms' actors have an environment the prestarted workers lack, so each start is a new
+# process in either arm: what DPOBS_AUTO=1 adds is dpobs starting on the first call.
+START_ENV = {"off": {"DPOBS_AUTO": "0"}, "on": {"DPOBS_AUTO": "1", "DPOBS_JOB": "bench-ray"}}
+
+
+def _actor_start(arm: str) -> None:
+    actor = Fresh.options(runtime_env={"env_vars": START_ENV[arm]}).remote()
+    ray.get(actor.ready.remote())
+    ray.kill(actor)
+
+
 class Arms:
     """Switches the driver between Ray's functions and dpobs's, attribute by attribute."""
 
@@ -95,6 +115,7 @@ def measure(arms: Arms, sinks: dict, rounds: int) -> dict:
             for k, n in SIZES.items()}
     names = list(arms.fns)
     times = {s: {arm: [] for arm in names} for s in REPS}
+    times["actor_start"] = {arm: [] for arm in START_ENV}
     progress = Line(sys.stderr)
     for r in range(rounds):
         for shape, reps in REPS.items():
@@ -103,6 +124,9 @@ def measure(arms: Arms, sinks: dict, rounds: int) -> dict:
                 op = _op(shape, sinks, arm, data)
                 op()  # warm: the first call of an arm after a switch
                 times[shape][arm].append(_timed(op, reps))
+        for arm in list(START_ENV)[r % 2:] + list(START_ENV)[:r % 2]:
+            arms.use(arm)
+            times["actor_start"][arm].append(_timed(lambda: _actor_start(arm), 1))
         arms.use("off")
         progress.show(f"{r + 1}/{rounds} rounds")
     progress.finish()
@@ -111,7 +135,7 @@ def measure(arms: Arms, sinks: dict, rounds: int) -> dict:
 
 def report(times: dict) -> dict:
     out = {}
-    print(f"{'shape':<13}{'arm':<5}{'off us':>10}{'arm us':>10}{'diff us':>10}{'p10..p90':>18}"
+    print(f"{'shape':<13}{'arm':<5}{'off us':>10}{'arm us':>10}{'diff us':>10}{'p10..p90':>22}"
           f"{'diff %':>9}{'cpu off':>10}{'cpu arm':>9}")
     for shape, arms in times.items():
         off = [w for w, _ in arms["off"]]
@@ -127,7 +151,7 @@ def report(times: dict) -> dict:
             row["diff_frac"] = row["diff_us"] / row["off_us"]
             out[shape if arm == "on" else f"{shape}/{arm}"] = row
             print(f"{shape:<13}{arm:<5}{row['off_us']:>10.1f}{row['on_us']:>10.1f}"
-                  f"{row['diff_us']:>10.1f}{row['p10_us']:>9.1f}..{row['p90_us']:<7.1f}"
+                  f"{row['diff_us']:>10.1f}{row['p10_us']:>11.1f}..{row['p90_us']:<9.1f}"
                   f"{row['diff_frac']:>9.2%}{row['cpu_off_us']:>10.1f}{row['cpu_on_us']:>9.1f}")
     return out
 
