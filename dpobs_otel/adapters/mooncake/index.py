@@ -17,6 +17,11 @@ keys), "d" the ids it cleared, each with a time.time_ns() stamp. An id is live w
 newest put stamp is newer than its newest clear stamp over all slots; a listing reads the
 slots (in windows, until a whole window is empty) and orders ids by their put stamp.
 
+A key that exists yet reads as absent is read again, READS times at most: Mooncake answers
+nothing for a read whose lease ran out before its transfer ended (LEASE_EXPIRED: a 500 ms
+lease on a loaded 2-core machine), and a claim lost so ended a listing with "partition does
+not exist".
+
 A slot is claimed with `put` (which never replaces an existing object) and read back: the
 owner in it says who won. Dead entries are compacted by their owner: a put entry that a
 newer clear elsewhere supersedes, a clear entry once no slot holds an older put of the id.
@@ -33,6 +38,8 @@ import msgpack
 
 WINDOW = 16  # slots read per batch; a listing stops at the first window with none in use
 COMPACT_EVERY = 64  # puts between compactions of this owner's slot
+READS = 3  # reads of a key that exists but answers nothing, before it counts as absent
+REREAD_S = 0.002  # before reading a key that was absent once more
 
 
 class _Slot:
@@ -61,16 +68,32 @@ class PartitionIndex:
     def _slot_key(self, pid: str, i: int) -> str:
         return f"{self._ns}/{pid}/.slot/{i}"
 
+    def _get(self, keys: list[str]) -> list[bytes]:
+        """get_batch, each key that answered nothing but exists (is_exist: 1) read again."""
+        values = list(self._s.get_batch(keys))
+        for _ in range(READS - 1):
+            empty = [i for i, b in enumerate(values) if not b]
+            if not empty:
+                break
+            codes = self._s.batch_is_exist([keys[i] for i in empty])
+            lost = [i for i, code in zip(empty, codes) if code == 1]
+            if not lost:
+                break
+            time.sleep(REREAD_S)
+            for i, b in zip(lost, self._s.get_batch([keys[i] for i in lost])):
+                values[i] = b
+        return values
+
     def _scan(self, pid: str) -> list[tuple[int, dict]]:
         """(slot number, {"o", "a", "d"}) of every claimed slot, its newest content."""
         found, base = [], 0
         while True:
             keys = [self._slot_key(pid, base + j) for j in range(WINDOW)]
             claims = [(base + j, k, msgpack.unpackb(b)) for j, (k, b)
-                      in enumerate(zip(keys, self._s.get_batch(keys))) if b]
+                      in enumerate(zip(keys, self._get(keys))) if b]
             if not claims:
                 return found
-            halves = self._s.get_batch([f"{k}/{h}" for _, k, _ in claims for h in (0, 1)])
+            halves = self._get([f"{k}/{h}" for _, k, _ in claims for h in (0, 1)])
             for n, (i, _, claim) in enumerate(claims):
                 versions = [msgpack.unpackb(b, use_list=True) for b in halves[2 * n:2 * n + 2]
                             if b]

@@ -36,7 +36,7 @@ from ...rowage import STAMP
 from ...stores.rows import (assemble, check_ids, check_put, read_stamps, selected_keys,
                             split_columns, take_stamps)
 from ..instrumentation import OwnCalls
-from .index import PartitionIndex
+from .index import REREAD_S, PartitionIndex
 from .leases import DeferredRemovals
 from .store import HAS_LEASE, NOT_FOUND, mooncake_error
 
@@ -51,7 +51,6 @@ NATIVE_DTYPES = frozenset({torch.float32, torch.float64, torch.float16, torch.bf
                            torch.uint16, torch.uint32, torch.uint64, torch.bool,
                            torch.float8_e4m3fn, torch.float8_e5m2})
 TOMBSTONE = msgpack.packb(None)  # a cleared row whose manifest is still leased
-REREAD_S = 0.002  # before reading a key that was absent once more
 
 
 

@@ -215,6 +215,19 @@ def test_a_key_caught_mid_rewrite_is_read_once_more(store, which):
     assert blinking.blinked == 1
 
 
+@pytest.mark.parametrize("part", ["", "/0", "/1"], ids=["claim", "half-0", "half-1"])
+def test_a_slot_that_exists_but_answers_nothing_is_read_again(store, part):
+    """A read whose lease runs out before its transfer ends answers nothing (LEASE_EXPIRED:
+    a fresh-clone CI's listing on a loaded machine then said "partition does not exist"). The
+    index asks whether such a key exists and reads it again, so the listing is whole."""
+    writer = MooncakeDataPlane(store, namespace=f"t{next(namespaces)}")
+    writer.put_samples(IDS, "p", _batch())
+    blinking = Blinking(store, f"{writer._ns}/p/.slot/0{part}")
+    reader = MooncakeDataPlane(blinking, namespace=writer._ns)
+    assert reader.list_sample_ids("p") == IDS
+    assert blinking.blinked == 1
+
+
 # -- the read lease -------------------------------------------------------------------
 def test_remove_right_after_a_read_meets_the_lease(store):
     """The premise of the deferral, measured on the real master."""
