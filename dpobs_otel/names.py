@@ -41,6 +41,15 @@ RAY_SERIALIZATION = "dpobs.ray.serialization.duration"
 # exporter would serve dpobs_ray_owned_size_bytes for the former, so the instrument is named
 # for the series users query.
 RAY_OWNED = "dpobs.ray.owned"
+# Moving data apart from waiting (DESIGN.md "Moving data versus waiting (Ray)").
+RAY_FETCH = "dpobs.ray.fetch.duration"
+RAY_MOVED = "dpobs.ray.moved"
+RAY_REMOTE = "dpobs.ray.remote"
+# DESIGN.md's dpobs.ray.data.duration and dpobs.ray.node would be served as
+# dpobs_ray_data_duration_seconds_total and dpobs_ray_node; as with RAY_OWNED, the instruments
+# are named for the series DESIGN.md pins (dpobs_ray_data_seconds_total, dpobs_ray_node_info).
+RAY_DATA = "dpobs.ray.data"
+RAY_NODE = "dpobs.ray.node.info"
 
 
 # Every instrument dpobs creates, one row each: its kind and unit are written here alone; the
@@ -124,6 +133,16 @@ INSTRUMENTS = {row.name: row for row in (
                "Time a Ray op spent in Ray's serializer, by direction"),
     Instrument(RAY_OWNED, OBSERVABLE_UP_DOWN_COUNTER, "By",
                "Object-store bytes this process put and still references"),
+    Instrument(RAY_FETCH, HISTOGRAM, "s",
+               "A Ray op's fetch and deserialization of objects that existed, by locality"),
+    Instrument(RAY_MOVED, OBSERVABLE_COUNTER, "By",
+               "Bytes of the objects a Ray op moved, by where they were"),
+    Instrument(RAY_REMOTE, OBSERVABLE_COUNTER, "By",
+               "Bytes a Ray op pulled from another node, by the source's NodeID"),
+    Instrument(RAY_DATA, OBSERVABLE_COUNTER, "s",
+               "The moving-data part of Ray ops' time (never the wait for a producer)"),
+    Instrument(RAY_NODE, OBSERVABLE_GAUGE, "1",
+               "1, naming the Ray NodeID this process runs on"),
 )}
 # A View that makes a second family of an instrument: the op duration's exponential one.
 VIEWS = {OP_DURATION_NATIVE: OP_DURATION}
@@ -184,6 +203,11 @@ WEIGHTS_MISMATCHED_SERIES = instrument_series(WEIGHTS_MISMATCHED)
 STEP_WEIGHT_SYNC_SERIES = instrument_series(STEP_WEIGHT_SYNC)
 RAY_SERIALIZATION_SERIES = instrument_series(RAY_SERIALIZATION)
 RAY_OWNED_SERIES = instrument_series(RAY_OWNED)
+RAY_FETCH_SERIES = instrument_series(RAY_FETCH)
+RAY_MOVED_SERIES = instrument_series(RAY_MOVED)
+RAY_REMOTE_SERIES = instrument_series(RAY_REMOTE)
+RAY_DATA_SERIES = instrument_series(RAY_DATA)
+RAY_NODE_SERIES = instrument_series(RAY_NODE)
 
 
 # -- The process identity -----------------------------------------------------------------
@@ -285,6 +309,12 @@ JOB_OP_METHOD_DIRECTION_BYTES = "job_op_method_direction:dpobs_client_transferre
 JOB_OP_DIRECTION_RAY_SERIALIZATION = (
     "job_op_direction:dpobs_ray_serialization_duration_seconds:rate5m")
 JOB_RAY_SERIALIZATION_FRAC_OF_STEP = "job:dpobs_ray_serialization_frac_of_step:ratio_rate5m"
+JOB_OP_METHOD_LOCALITY_RAY_MOVED = "job_op_method_locality:dpobs_ray_moved_bytes:rate5m"
+JOB_FROM_NODE_NODE_RAY_REMOTE = "job_from_node_node:dpobs_ray_remote_bytes:rate5m"
+JOB_OP_METHOD_RAY_DATA = "job_op_method:dpobs_ray_data_seconds:rate5m"
+INSTANCE_RAY_MOVED = "instance:dpobs_ray_moved_bytes:rate5m"
+JOB_RAY_HUB_SHARE = "job:dpobs_ray_hub_share:max_ratio_rate5m"
+JOB_NODE_RAY_FETCH_BANDWIDTH = "job_node:dpobs_ray_fetch_bandwidth_bytes:ratio_rate5m"
 # Not pinned: the Ray row's readers (per step, serialization's share, the nodes' stores).
 JOB_OP_METHOD_RAY_SECONDS_PER_STEP = "job_op_method:dpobs_ray_seconds_per_step:ratio_rate5m"
 JOB_OP_METHOD_DIRECTION_RAY_BYTES_PER_STEP = (
@@ -328,6 +358,11 @@ ALERT_WEIGHT_SYNC_SLOW = "DpobsWeightSyncSlow"
 ALERT_UNMEASURED_CLIENTS = "DpobsUnmeasuredClients"
 ALERT_RAY_STORE_SPILLING = "DpobsRayObjectStoreSpilling"
 ALERT_RAY_STORE_FULL = "DpobsRayObjectStoreFull"
+ALERT_RAY_TRANSFER_SLOW = "DpobsRayTransferSlow"
+ALERT_RAY_HUB = "DpobsRayHub"
+# The monitoring's own health (issue 57).
+ALERT_RULE_EVALUATION_SLOW = "DpobsRuleEvaluationSlow"
+ALERT_CARDINALITY_OVERFLOW = "DpobsCardinalityOverflow"
 
 
 # -- Buckets, ops, stages -----------------------------------------------------------------
@@ -363,6 +398,15 @@ RAY_OPS = {RAY_PUT: "write", RAY_GET: "read", RAY_WAIT: None, RAY_CALL: "write",
            RAY_ARGS: "read", RAY_RETURN: "write"}
 RAY_METHOD = "method"
 RAY_DIRECTIONS = ("serialize", "deserialize")
+# Where a Ray op's objects were when it asked (the `locality` label; DESIGN.md): `mixed` only on
+# the fetch histogram, `unknown` where Ray did not tell.
+RAY_LOCAL, RAY_REMOTE_LOCALITY, RAY_SPILLED = "local", "remote", "spilled"
+RAY_MIXED, RAY_UNKNOWN = "mixed", "unknown"
+RAY_LOCALITIES = (RAY_LOCAL, RAY_REMOTE_LOCALITY, RAY_SPILLED, RAY_MIXED, RAY_UNKNOWN)
+RAY_LOCALITY = "locality"
+RAY_FROM_NODE = "from_node"  # the source's NodeID on dpobs_ray_remote_bytes_total
+RAY_NODE_LABEL = "ray_node"  # this process's NodeID on dpobs_ray_node_info
+RAY_FROM_NODE_LIMIT = 256  # distinct from_node values a process keeps; past it `other`
 CODEC_STAGES = ("pack", "unpack")
 
 # The `component` label of dpobs_instrumentation_errors_total (and _time_seconds_total): which
