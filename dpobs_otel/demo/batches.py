@@ -49,6 +49,7 @@ class Config:
     skip_weight_sync_at: int | None = None  # measured step from which the rollout stops loading
     store_metrics: bool = False  # the store's own exporter on, its account in the report
     unmeasured: str | None = None  # a role whose processes move data without dpobs
+    nodes: int = 1  # --backend ray: the Ray cluster's nodes on this machine (ray_plane.ray_up)
 
     def roles(self) -> list[tuple[str, int]]:
         return ([("rollout", 0)] + [("trainer", r) for r in range(self.trainers)]

@@ -21,6 +21,7 @@ call, and only then is its endpoint known.
 """
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import shutil
@@ -119,55 +120,115 @@ class RayTruth:
     driver's ops are its own (role driver); ray_args and ray_return, the actor's that served
     the call."""
 
-    def __init__(self):
+    def __init__(self, here: str = ""):
+        self.here = here  # the driver's NodeID
         self.timed: dict[tuple[str, str], Durations] = {}
-        self.refs: dict[tuple, list] = {}  # this step's, sized at its end
+        self.refs: dict[tuple, list] = {}  # this step's (ref, source NodeID or None), sized at its end
         self.sized: dict[tuple, list[int]] = {}  # [calls, bytes, keys]
+        # {(op, method, role, rank, from NodeID, to NodeID): bytes}: what crossed nodes
+        self.crossed: dict[tuple, int] = {}
 
-    def call(self, op: str, method: str, fn, *args):
+    def call(self, op: str, method: str, fn, *args, **kwargs):
         t0 = perf_counter()
-        out = fn(*args)
+        out = fn(*args, **kwargs)
         self.timed.setdefault((op, method), Durations()).add(perf_counter() - t0)
         return out
 
-    def moved(self, key: tuple, refs: list, calls: int = 1) -> None:
-        """`calls` ops of key (op, method, role, rank) moved `refs`; each ref one key."""
+    def moved(self, key: tuple, refs: list, calls: int = 1, to: str | None = None) -> None:
+        """`calls` ops of key (op, method, role, rank) moved `refs`; each ref one key. With
+        `to` (the NodeID of the process that reads them), where each object is now is read
+        first: one with no copy on that node is about to cross from the node holding it."""
         c = self.sized.setdefault(key, [0, 0, 0])
         c[0] += calls
         c[2] += len(refs)
-        self.refs.setdefault(key, []).extend(refs)
+        where = self.ray.experimental.get_object_locations(refs) if to and refs else {}
+        self.refs.setdefault(key, []).extend(
+            (r, _source(where.get(r, {}).get("node_ids"), to)) for r in refs)
+
+    def counted(self, key: tuple, refs: list) -> None:
+        """An op that names refs and moves none of their bytes (ray_wait)."""
+        c = self.sized.setdefault(key, [0, 0, 0])
+        c[0] += 1
+        c[2] += len(refs)
 
     def size(self, ray) -> None:
-        refs = [r for rs in self.refs.values() for r in rs]
+        refs = [r for rs in self.refs.values() for r, _ in rs]
         where = ray.experimental.get_object_locations(refs) if refs else {}
         for key, rs in self.refs.items():
-            self.sized[key][1] += sum(int(where[r]["object_size"]) for r in rs)
+            for r, source in rs:
+                nbytes = int(where[r]["object_size"])
+                self.sized[key][1] += nbytes
+                if source is not None:
+                    k = (*key, *source)
+                    self.crossed[k] = self.crossed.get(k, 0) + nbytes
         self.refs = {}
 
     def take(self) -> dict:
-        out = {"timed": self.timed, "sized": self.sized}
-        self.timed, self.sized = {}, {}
+        out = {"timed": self.timed, "sized": self.sized, "crossed": self.crossed}
+        self.timed, self.sized, self.crossed = {}, {}, {}
         return out
+
+
+def _source(node_ids, to: str):
+    """(from, to) NodeIDs when an object held on other nodes only is read on node `to`; None
+    when a copy is there already, or when it lives in its owner's memory (small objects Ray
+    inlines: they travel inside the call's reply, never through a store)."""
+    if not node_ids or to in node_ids:
+        return None
+    return (node_ids[0], to)
 
 
 class _Driver:
     def __init__(self, cfg: Config, tel, sync: Sync, out):
         import ray
         self.ray, self.cfg, self.tel, self.sync, self.out = ray, cfg, tel, sync, out
-        self.truth = RayTruth()
+        self.here = ray.get_runtime_context().get_node_id()
+        self.truth = RayTruth(self.here)
+        self.truth.ray = ray
+        # Actors go to the other nodes first, round robin: with --nodes 2 the rollout and
+        # trainer 0 sit away from the driver, trainer 1 beside it.
+        others = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"] and n["NodeID"] != self.here)
+        self.placement = [*others, self.here]
+        self.where: dict[tuple[str, int], str] = {}
         self.steps, self.step_s = 0, 0.0
         # The config goes to the actors by ref too: its size is then Ray's to report.
         self.cfg_ref = self.truth.call(nm.RAY_PUT, "", ray.put, cfg)
         self.truth.moved((nm.RAY_PUT, "", "driver", 0), [self.cfg_ref])
-        self.rollout = self._actor(Rollout, "rollout", 0)
-        self.trainers = [self._actor(Trainer, "trainer", r) for r in range(cfg.trainers)]
+        self.rollout = self._actor(Rollout, "rollout", 0, 0)
+        self.trainers = [self._actor(Trainer, "trainer", r, r + 1) for r in range(cfg.trainers)]
+        self._ready()
         self.held: list = []  # the last step's refs: what the driver owns between steps
 
-    def _actor(self, cls, role: str, rank: int):
+    def _actor(self, cls, role: str, rank: int, seat: int):
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+        node = self.where[(role, rank)] = self.placement[seat % len(self.placement)]
         env = actor_env(self.tel.settings, role, rank)
         # An actor's creation is not a measured call on the driver; its worker's side is.
-        self.truth.moved((nm.RAY_ARGS, f"{cls.__name__}.__init__", role, rank), [self.cfg_ref])
-        return self.ray.remote(cls).options(runtime_env={"env_vars": env}).remote(self.cfg_ref)
+        self.truth.moved((nm.RAY_ARGS, f"{cls.__name__}.__init__", role, rank), [self.cfg_ref],
+                         to=node)
+        # Its constructor's return: one key, nothing stored.
+        self.truth.counted((nm.RAY_RETURN, f"{cls.__name__}.__init__", role, rank), [None])
+        return self.ray.remote(cls).options(
+            runtime_env={"env_vars": env},
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
+        ).remote(self.cfg_ref)
+
+    def _ready(self) -> None:
+        """Every actor started before the first step, so no call or get carries a worker's
+        start-up (Ray's __ray_ready__ is not measured; the get of its refs is, as any get)."""
+        refs = [a.__ray_ready__.remote() for a in (self.rollout, *self.trainers)]
+        self._get("", refs)
+
+    def _get(self, method: str, refs: list):
+        """The driver collects refs as verl's does, after a ray.wait that lets them exist
+        without fetching them (fetch_local=False): the get's own time is then all moving data,
+        which is what the truth's timer around it measures (DESIGN.md: a get's data time
+        starts when its last object exists)."""
+        t, drv = self.truth, ("driver", 0)
+        t.call(nm.RAY_WAIT, "", self.ray.wait, refs, num_returns=len(refs), fetch_local=False)
+        t.counted((nm.RAY_WAIT, "", *drv), refs)
+        t.moved((nm.RAY_GET, method, *drv), refs, to=self.here)
+        return t.call(nm.RAY_GET, method, self.ray.get, refs)
 
     def loop(self) -> None:
         step = 0
@@ -196,29 +257,31 @@ class _Driver:
         gen = torch.Generator().manual_seed(self.cfg.seed * 1_000_003 + step)
         prompts = {"step": step, "prompts": torch.randint(
             0, 32000, (self.cfg.batch_size, PROMPT_LEN), generator=gen)}
+        drv, trainers = ("driver", 0), [("trainer", r) for r in range(n)]
         ref = t.call(nm.RAY_PUT, "", ray.put, prompts)
-        out = t.call(nm.RAY_CALL, GEN, self.rollout.generate_sequences.remote, ref)
-        batch = t.call(nm.RAY_GET, GEN, ray.get, out)
+        out = self._call(GEN, ("rollout", 0), self.rollout.generate_sequences, ref)
+        batch = self._get(GEN, [out])[0]
         parts = [t.call(nm.RAY_PUT, "", ray.put, s) for s in shards(batch, n)]
-        lps = [t.call(nm.RAY_CALL, LOGPROB, w.compute_log_prob.remote, s)
-               for w, s in zip(self.trainers, parts)]
-        t.call(nm.RAY_GET, LOGPROB, ray.get, lps)
-        ups = [t.call(nm.RAY_CALL, UPDATE, w.update_actor.remote, s, lp)
-               for w, s, lp in zip(self.trainers, parts, lps)]
-        t.call(nm.RAY_GET, UPDATE, ray.get, ups)
-        drv = ("driver", 0)
+        lps = [self._call(LOGPROB, a, w.compute_log_prob, s)
+               for a, w, s in zip(trainers, self.trainers, parts)]
+        self._get(LOGPROB, lps)
+        ups = [self._call(UPDATE, a, w.update_actor, s, lp)
+               for a, w, s, lp in zip(trainers, self.trainers, parts, lps)]
+        self._get(UPDATE, ups)
         for r in [ref, *parts]:
             t.moved((nm.RAY_PUT, "", *drv), [r])
-        served = [(GEN, ("rollout", 0), [ref], out)] + [
-            (m, ("trainer", r), args, res) for r in range(n) for m, args, res in
-            ((LOGPROB, [parts[r]], lps[r]), (UPDATE, [parts[r], lps[r]], ups[r]))]
-        for method, actor, args, result in served:
-            t.moved((nm.RAY_CALL, method, *drv), [])  # by ref: nothing passed by value
-            t.moved((nm.RAY_ARGS, method, *actor), args)
-            t.moved((nm.RAY_RETURN, method, *actor), [result])
-        for method, results in ((GEN, [out]), (LOGPROB, lps), (UPDATE, ups)):
-            t.moved((nm.RAY_GET, method, *drv), results)  # one get collects a method's refs
         self.held = [ref, out, *parts, *lps, *ups]
+
+    def _call(self, method: str, actor: tuple[str, int], fn, *args):
+        """A call by ref (nothing passed by value, as verl's), with its worker's side: the
+        arguments it reads where it runs (read before the call, so a copy the call brings is
+        not yet there) and the result it stores."""
+        t = self.truth
+        t.moved((nm.RAY_ARGS, method, *actor), list(args), to=self.where[actor])
+        result = t.call(nm.RAY_CALL, method, fn.remote, *args)
+        t.moved((nm.RAY_CALL, method, "driver", 0), [])
+        t.moved((nm.RAY_RETURN, method, *actor), [result])
+        return result
 
     def _announce(self) -> None:
         """Each actor's endpoint, from its file_sd entry (written at its first call)."""
@@ -256,7 +319,10 @@ def _role_truth(role: str, rank: int, period: dict) -> dict:
     seconds (None where the workload has no timer: the workers' side), bytes, keys]}; the
     driver's timed ops also as `ops` and `bytes` per op, as the other backends' are."""
     out = {"steps": 0, "step_s": 0.0, "busy_s": 0.0, "exposed_s": 0.0, "bytes": {},
-           "ops": {}, "ray": {}}
+           "ops": {}, "ray": {}, "crossed": {}}
+    for (op, method, r, k, src, dst), nbytes in period["crossed"].items():
+        if (r, k) == (role, rank):
+            out["crossed"][(op, method, src, dst)] = nbytes
     for (op, method, r, k), (calls, nbytes, keys) in period["sized"].items():
         if (r, k) != (role, rank):
             continue
@@ -288,9 +354,7 @@ def _driver_process(cfg: Config, sync: Sync, out) -> None:
         port = tel.endpoint.rsplit(":", 1)[1]
         out.put(("ready", "driver", 0, {"endpoint": tel.endpoint, "pid": os.getpid(),
                                         "instance": f"{tel.settings.target_host}:{port}"}))
-        with ray.init(address="local", _node_ip_address=LOOPBACK_IP, include_dashboard=False,
-                      num_cpus=cfg.trainers + 2, object_store_memory=OBJECT_STORE_BYTES,
-                      log_to_driver=False):
+        with ray_up(cfg):
             driver = _Driver(cfg, tel, sync, out)
             driver.loop()
             _wait_parent(sync.release)
@@ -300,6 +364,33 @@ def _driver_process(cfg: Config, sync: Sync, out) -> None:
     finally:
         if tel is not None:
             tel.shutdown()
+
+
+@contextlib.contextmanager
+def ray_up(cfg: Config):
+    """The driver's Ray: a local one, or with --nodes N a cluster of N nodes on this machine
+    (ray.cluster_utils.Cluster: each node its own raylet and object store on 127.0.0.1, so
+    objects really move between them), shut down on the way out."""
+    import ray
+    store = {"object_store_memory": OBJECT_STORE_BYTES}
+    if cfg.nodes <= 1:
+        with ray.init(address="local", _node_ip_address=LOOPBACK_IP, include_dashboard=False,
+                      num_cpus=cfg.trainers + 2, log_to_driver=False, **store):
+            yield
+        return
+    from ray.cluster_utils import Cluster
+    node = {"node_ip_address": LOOPBACK_IP, "num_cpus": -(-(cfg.trainers + 1) // cfg.nodes),
+            **store}
+    cluster = Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False})
+    try:
+        for _ in range(cfg.nodes - 1):
+            cluster.add_node(**node)
+        cluster.wait_for_nodes()
+        with ray.init(address=cluster.address, _node_ip_address=LOOPBACK_IP,
+                      log_to_driver=False):
+            yield
+    finally:
+        cluster.shutdown()
 
 
 class RayWorkload(Workload):

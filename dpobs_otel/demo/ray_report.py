@@ -25,6 +25,22 @@ UNSUPPORTED = {
 }
 
 
+def add_ray_arguments(p) -> None:
+    p.add_argument("--nodes", type=int, default=1, metavar="N",
+                   help="--backend ray: a Ray cluster of N nodes on this machine, each its own "
+                        "raylet and object store on 127.0.0.1 (default 1)")
+
+
+def ray_config(args) -> dict:
+    nodes = getattr(args, "nodes", 1)
+    if nodes < 1:
+        raise SystemExit("dpobs demo: --nodes must be at least 1")
+    if nodes > 1 and args.backend != "ray":
+        raise SystemExit("dpobs demo: --nodes needs --backend ray (the other planes run on "
+                         "one machine's processes, not a Ray cluster)")
+    return {"nodes": nodes}
+
+
 def refuse(args) -> None:
     """SystemExit naming the first flag --backend ray cannot honour."""
     for attr, why in UNSUPPORTED.items():
@@ -71,7 +87,98 @@ def owned(res) -> float:
                for n, _, v in s if n == nm.RAY_OWNED_SERIES)
 
 
-def report(res, cfg) -> str:
+# The ops whose time is moving data (DESIGN.md "Moving data versus waiting"): ray_wait moves
+# none; the driver's gets follow a ray.wait, so its timer around each is the get's data time.
+DATA_OPS = (nm.RAY_PUT, nm.RAY_CALL, nm.RAY_GET)
+
+
+def _periods(res, measured_only: bool):
+    items = res.truth.items() if measured_only else [*res.warm.items(), *res.truth.items()]
+    return list(items)
+
+
+def truth_data(res) -> tuple[float, float]:
+    """The driver's data seconds and step seconds over the measured steps."""
+    data = step = 0.0
+    for (role, _), p in _periods(res, True):
+        if role == "driver":
+            step += p["step_s"]
+            data += sum(v[1] or 0.0 for (op, _), v in p["ray"].items() if op in DATA_OPS)
+    return data, step
+
+
+def truth_shares(res) -> dict:
+    """{(role, rank): share of the job's Ray bytes} over the measured steps."""
+    per = {}
+    for key, p in _periods(res, True):
+        per[key] = per.get(key, 0) + sum(v[2] or 0 for v in p["ray"].values())
+    total = sum(per.values())
+    return {k: v / total for k, v in per.items()} if total else {}
+
+
+def truth_crossed(res) -> dict:
+    """{(role, op, method): bytes that crossed nodes} and {(from, to): bytes}, every step."""
+    rows, pairs = {}, {}
+    for (role, _), p in _periods(res, False):
+        for (op, method, src, dst), nbytes in p.get("crossed", {}).items():
+            rows[(role, op, method)] = rows.get((role, op, method), 0) + nbytes
+            pairs[(src, dst)] = pairs.get((src, dst), 0) + nbytes
+    return rows, pairs
+
+
+def metric_crossed(scraped: dict) -> dict:
+    """{(role, op, method): remote bytes} from dpobs_ray_moved_bytes_total."""
+    out = {}
+    for (role, _), samples in scraped.items():
+        for name, labels, value in samples:
+            if name == nm.RAY_MOVED_SERIES and labels.get(nm.RAY_LOCALITY) == nm.RAY_REMOTE_LOCALITY:
+                key = (role, labels.get("op", ""), labels.get(nm.RAY_METHOD, ""))
+                out[key] = out.get(key, 0) + value
+    return out
+
+
+def _prom(stack, record: str) -> float | None:
+    rows = stack.query(record) if stack is not None else []
+    return max((r["value"] for r in rows), default=None)
+
+
+def _fmt(x, spec=".1%") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def headline(res, stack) -> list[str]:
+    """The driver's data time against its step, and where the bytes went, truth beside dpobs."""
+    data, step = truth_data(res)
+    drv = [s for k, s in res.scraped.items() if k[0] == "driver"]
+    data_m = sum(v for s in drv for n, _, v in s if n == nm.RAY_DATA_SERIES)
+    step_m = sum(v for s in drv for n, _, v in s if n == f"{nm.STEP_DURATION_SERIES}_sum")
+    shares = truth_shares(res)
+    hub = max(shares.items(), key=lambda kv: kv[1], default=(("-", 0), None))
+    lines = [
+        "\nMoving data versus waiting (the driver runs the steps; truth: its own timer around "
+        "each put, call and get, each get after a ray.wait that lets its objects exist "
+        "unfetched)",
+        f"  {'':<34}{'truth':>10}{'metrics':>10}{'prometheus':>12}",
+        f"  {'data time, s (measured | all steps)':<34}{data:>10.3f}{data_m:>10.3f}{'':>12}",
+        f"  {'frac_of_step':<34}{_fmt(data / step if step else None):>10}"
+        f"{_fmt(data_m / step_m if step_m else None):>10}"
+        f"{_fmt(_prom(stack, nm.JOB_FRAC_OF_STEP)):>12}",
+        f"  {'hub share (' + hub[0][0] + ')':<34}{_fmt(hub[1]):>10}{'':>10}"
+        f"{_fmt(_prom(stack, nm.JOB_RAY_HUB_SHARE)):>12}"]
+    rows, pairs = truth_crossed(res)
+    metrics = metric_crossed(res.scraped)
+    lines.append("\nBytes that crossed nodes, every step (truth: Ray's object locations read "
+                 "before each op; metrics: dpobs_ray_moved_bytes_total{locality=\"remote\"})")
+    lines.append(f"  {'role':<9}{'op':<11}{'method':<28}{'MB':>9}{'metrics':>9}")
+    for key in sorted(set(rows) | set(metrics)):
+        lines.append(f"  {key[0]:<9}{key[1]:<11}{key[2] or '-':<28}"
+                     f"{rows.get(key, 0) / MB:>9.3f}{metrics.get(key, 0) / MB:>9.3f}")
+    for (src, dst), nbytes in sorted(pairs.items()):
+        lines.append(f"  node {src[:8]} -> {dst[:8]}: {nbytes / MB:.3f} MB")
+    return lines
+
+
+def report(res, cfg, stack=None) -> str:
     truth, metrics = truth_rows(res), metric_rows(res.scraped)
     lines = ["\nRay's object store per op and method, every step (truth: the driver's own timer "
              "around each call, Ray's object sizes; metrics: dpobs's, summed per role)",
@@ -91,6 +198,8 @@ def report(res, cfg) -> str:
                   for n, _, v in s if n == f"{nm.STEP_DURATION_SERIES}_count")
     lines.append(f"\nDriver steps: {steps_t} (metrics {int(steps_m)}); bytes the driver owns "
                  f"now ({nm.RAY_OWNED_SERIES}): {owned(res) / MB:.3f} MB")
-    lines.append("Ray ops are not data-plane time: frac_of_step, busy and exposed leave them "
-                 "out (DESIGN.md); the wire guard does not ride this plane.")
+    lines.extend(headline(res, stack))
+    lines.append("A Ray op's data time (moving data: serializing, storing, fetching, "
+                 "deserializing) is data-plane time; its wait for a producer is not. The wire "
+                 "guard does not ride this plane.")
     return "\n".join(lines)

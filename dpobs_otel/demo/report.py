@@ -61,6 +61,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_queue_arguments(p)
     add_weight_arguments(p)
     store_report.add_store_arguments(p)
+    ray_report.add_ray_arguments(p)
     p.add_argument("--duration", type=float, default=None, metavar="SECONDS",
                    help="run this long instead of --steps; 0 = until stopped")
     p.add_argument("--stack", choices=("auto", "off"), default="auto",
@@ -98,7 +99,8 @@ def config(args) -> Config:
                   sd_dir=args.sd_dir, host=args.host, advertise_host=args.advertise_host,
                   backend=args.backend, async_k=args.async_k, row_age=args.row_age,
                   prefetch=args.prefetch, rollout_ms=args.rollout_ms, train_ms=args.train_ms,
-                  **weight_config(args), **store_report.store_config(args))
+                  **weight_config(args), **store_report.store_config(args),
+                  **ray_report.ray_config(args))
 
 
 # -- a run, kept up while its results are read --------------------------------------------
@@ -201,7 +203,7 @@ def metric_sum(samples, name: str) -> float:
 # -- the report ----------------------------------------------------------------------------
 def report(res: Result, stack: Stack | None, cfg: Config) -> str:
     if cfg.backend == "ray":
-        return ray_report.report(res, cfg)
+        return ray_report.report(res, cfg, stack)
     keys = [k for k in res.info if k[0] != cfg.unmeasured]  # dpobs's numbers: theirs only
     total = merge(res.total(k) for k in keys)
     measured = merge(res.truth[k] for k in keys)
