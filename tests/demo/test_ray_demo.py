@@ -1,7 +1,9 @@
-"""`dpobs demo --backend ray` end to end (a local Ray on 127.0.0.1, its actors measured the
-zero-code way): every process's Ray ops per method against the workload's own truth (calls,
-keys and Ray's object sizes exactly; the driver's seconds against its own timer around each
-call, over the measured steps alone), the report's table, and the flags the plane refuses."""
+"""`dpobs demo --backend ray --nodes 2` end to end (a Ray cluster of two nodes on 127.0.0.1,
+its actors measured the zero-code way, a Prometheus with the shipped rules): every process's
+Ray ops per method against the workload's own truth (calls, keys and Ray's object sizes
+exactly; the driver's seconds against its own timer around each call, over the measured steps
+alone), the bytes that crossed nodes and between which, the driver's data time and
+frac_of_step, the hub share, the report's table, and the flags the plane refuses."""
 from __future__ import annotations
 
 import importlib.util
@@ -13,28 +15,39 @@ from dpobs_otel import names as nm
 from dpobs_otel.demo import ray_plane, ray_report
 from dpobs_otel.demo import report as demo
 from dpobs_otel.demo.batches import Config
+from dpobs_otel.testing.stack import Stack, binaries
 
 # In the serial pass (Makefile, `alone`): the driver's seconds are weighed against the
 # workload's own timer around each call, and beside three other workers dpobs's share of a
 # ray_call read 0.71 of it once (the bound is 0.75), the rest spent waiting for a CPU.
 pytestmark = [pytest.mark.slow, pytest.mark.alone, pytest.mark.skipif(
     importlib.util.find_spec("ray") is None, reason="the ray extra is not installed")]
-STEPS = 12
+STEPS = 30
 
 
 @pytest.fixture(scope="module")
-def run():
-    """One run: its Result, the report, and the driver's samples right after the warm-up
-    (start() returns then; the driver waits for the measure event before step 1)."""
+def stack():
+    missing = [n for n, p in binaries().items() if p is None]
+    if missing:
+        pytest.skip(f"not on PATH: {', '.join(missing)}")
+    with Stack() as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def run(stack):
+    """One run on two nodes: its Result, the report, and the driver's samples right after the
+    warm-up (start() returns then; the driver waits for the measure event before step 1)."""
     saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("DPOBS_")}
-    cfg = Config(steps=STEPS, trainers=2, batch_size=64, backend="ray", job="raydemo")
+    cfg = Config(steps=STEPS, trainers=2, batch_size=64, backend="ray", job="raydemo",
+                 nodes=2, sd_dir=stack.sd_dir)
     after_warmup = {}
 
     def baseline(wl):
         after_warmup["driver"] = demo.scrape(wl.info[("driver", 0)]["endpoint"])
     try:
-        with demo.session(cfg, on_ready=baseline) as res:
-            yield res, ray_report.report(res, cfg), after_warmup["driver"]
+        with demo.session(cfg, stack, on_ready=baseline) as res:
+            yield res, ray_report.report(res, cfg, stack), after_warmup["driver"]
     finally:
         os.environ.update(saved)
 
@@ -67,7 +80,7 @@ def test_counts_keys_and_bytes_per_method_equal_the_truth(run):
 # call's submission takes a fraction of a millisecond and the adapter's own work after Ray
 # returns (the refs a call returned, the record appended) lies inside the workload's timer
 # and outside the op's: 1-5% of either on the shared 2-core machine.
-BELOW = {nm.RAY_GET: 0.05, nm.RAY_PUT: 0.25, nm.RAY_CALL: 0.25}
+BELOW = {nm.RAY_GET: 0.05, nm.RAY_PUT: 0.25, nm.RAY_CALL: 0.25, nm.RAY_WAIT: 0.05}
 METHOD_BELOW = 0.05
 
 
@@ -88,6 +101,8 @@ def test_the_driver_s_seconds_per_method_agree_with_its_own_timers(run):
             m = per_method.setdefault(method, [0.0, 0.0])
             m[0], m[1] = m[0] + measured, m[1] + seconds
     assert len(per_method) == 3
+    waits = [key for key in truth if key[0] == nm.RAY_WAIT]
+    assert waits == [(nm.RAY_WAIT, "")]  # a wait carries no method (DESIGN.md)
     for method, (measured, seconds) in per_method.items():
         assert (1 - METHOD_BELOW) * seconds <= measured <= seconds, (method, measured, seconds)
 
@@ -111,3 +126,54 @@ def test_flags_that_need_a_store_are_refused_with_the_reason(flag):
     assert "--backend ray does not take" in str(exc.value)
     if flag == "--verify-tensor-hash":
         assert "the guard does not ride Ray's object store" in str(exc.value)
+
+
+def test_the_bytes_that_crossed_nodes_equal_ray_s_locations(run):
+    """Per op and method, dpobs's remote bytes against the objects that had no copy on the
+    reader's node when it asked (Ray's locations, read before each op): exactly. The two-node
+    placement makes some of every kind: the driver pulls the rollout's batch, the rollout and
+    trainer 0 (away from the driver) pull what the driver put."""
+    res, text, _ = run
+    truth, pairs = ray_report.truth_crossed(res)
+    assert ray_report.metric_crossed(res.scraped) == truth
+    assert {("driver", nm.RAY_GET, ray_plane.GEN), ("rollout", nm.RAY_ARGS, ray_plane.GEN),
+            ("trainer", nm.RAY_ARGS, ray_plane.LOGPROB)} <= set(truth)
+    assert len(pairs) == 2 and all(v > 0 for v in pairs.values())  # both ways between 2 nodes
+    assert "Bytes that crossed nodes" in text
+
+
+def test_remote_bytes_name_the_source_node_and_the_reader_names_its_own(run):
+    res, _, _ = run
+    truth, pairs = ray_report.truth_crossed(res)
+    got = {}
+    for key, samples in res.scraped.items():
+        own = {lb[nm.RAY_NODE_LABEL] for n, lb, v in samples if n == nm.RAY_NODE_SERIES and v}
+        assert len(own) == 1, key  # every measured process names its NodeID
+        for n, lb, v in samples:
+            if n == nm.RAY_REMOTE_SERIES:
+                pair = (lb[nm.RAY_FROM_NODE], *own)
+                got[pair] = got.get(pair, 0) + v
+    assert got == pairs
+
+
+def test_frac_of_step_from_the_rules_is_the_driver_s_data_time(run, stack):
+    """The driver's Ray data time over its step time: from its own timers, from its series,
+    and from the rules, within 5% (the rules' window starts at the driver's first scrape,
+    somewhere in the warm-up)."""
+    res, text, _ = run
+    data, step = ray_report.truth_data(res)
+    assert 0 < data < step
+    prom = stack.query(nm.JOB_FRAC_OF_STEP)
+    assert len(prom) == 1
+    assert prom[0]["value"] == pytest.approx(data / step, rel=0.05)
+    assert "frac_of_step" in text
+
+
+def test_the_hub_share_from_the_rules_is_the_driver_s_share_of_the_bytes(run, stack):
+    res, _, _ = run
+    shares = ray_report.truth_shares(res)
+    hub = max(shares, key=shares.get)
+    assert hub == ("driver", 0)
+    prom = stack.query(nm.JOB_RAY_HUB_SHARE)
+    assert len(prom) == 1
+    assert prom[0]["value"] == pytest.approx(shares[hub], rel=0.01)
