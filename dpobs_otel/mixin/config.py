@@ -100,6 +100,20 @@ class Config:
     ray_store_full_errors: str = "|".join(n.RAY_STORE_FULL_ERRORS)
     ray_store_full_frac: float = 0.95
     ray_store_full_for: str = "15m"
+    # DpobsRayHub: one process moves more than `share` of its job's Ray bytes (each byte
+    # between two processes once: ray_rules._hub_share), in a job of at least
+    # `min_processes` processes moving Ray bytes that moves at least `min_bytes` per second
+    # through Ray (a hub of a few kilobytes of refs is nobody's bottleneck), for this long.
+    ray_hub_share: float = 0.8
+    ray_hub_min_processes: int = 4
+    ray_hub_min_bytes: float = 1e7
+    ray_hub_for: str = "15m"
+    # DpobsRayTransferSlow: remote fetches into a Ray node run below `bandwidth` bytes per
+    # second of fetching while the node pulls at least `min_bytes` per second from other
+    # nodes (a few small pulls, whose fixed costs dominate, stay quiet), for this long.
+    ray_transfer_slow_bandwidth: float = 1e8
+    ray_transfer_slow_min_bytes: float = 1e7
+    ray_transfer_slow_for: str = "15m"
     # Who waits for whom (the overview's queue row, `dpobs top`, the demo's report; verdict
     # in readback/verdict.py): the roles that put rows and the roles that read them (regular
     # expressions over the role label), consumers waiting for rows (exposed time with no op

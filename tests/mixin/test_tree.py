@@ -131,6 +131,9 @@ def test_cluster_label_keeps_the_promtool_tests_passing(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+GROUPINGS = {"by", "without", "on", "ignoring", "group_left", "group_right"}
+
+
 def test_job_selector_reaches_every_raw_selector():
     sel = 'job=~"grpo-.*"'
     files = build(Config(job_selector=sel))
@@ -140,7 +143,13 @@ def test_job_selector_reaches_every_raw_selector():
         depth = [0] * len(tokens)  # inside a selector's braces: label names, not series
         for i, t in enumerate(tokens[1:], 1):
             depth[i] = depth[i - 1] + (tokens[i - 1] == "{") - (t == "}")
-        raw = [i for i, t in enumerate(tokens) if depth[i] == 0
+        # a grouping's or a join's label list (`group_left (ray_node)`): label names too
+        listed, inside = set(), False
+        for i, t in enumerate(tokens):
+            inside = (inside or (t == "(" and i and tokens[i - 1] in GROUPINGS)) and t != ")"
+            if inside:
+                listed.add(i)
+        raw = [i for i, t in enumerate(tokens) if depth[i] == 0 and i not in listed
                and (t == "up" or t.startswith(("dpobs_", "ray_")))]
         for i in raw:  # raw series (recorded ones have a colon and are already selected)
             matchers = "".join(tokens[i + 1:tokens.index("}", i)]) if tokens[i + 1] == "{" else ""
