@@ -34,9 +34,10 @@ class Config:
     frac_of_step_warning: float = 0.25
     frac_of_step_critical: float = 0.5
     frac_of_step_for: str = "15m"
-    # The ops that are data-plane time (frac_of_step, the per-op share, the straggler's mean
-    # latencies): not Ray's ops, whose ray_get blocks for the remote method's whole run
-    # (DESIGN.md, "Ray's object store as a data plane").
+    # The ops whose whole duration is data-plane time (frac_of_step, the per-op share, the
+    # straggler's mean latencies): not Ray's ops, whose ray_get blocks for the remote
+    # method's whole run; of those only their moving-data part counts, from
+    # dpobs_ray_data_seconds_total (DESIGN.md, "Moving data versus waiting (Ray)").
     data_plane_ops: str = 'op!~"ray_.*"'
     # Ray's ops, the rest (their own account: seconds and bytes per method, serialization).
     ray_ops: str = 'op=~"ray_.*"'

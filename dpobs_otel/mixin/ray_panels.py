@@ -28,7 +28,8 @@ def ray_panels(c: Config, job: str, nodes: str) -> list:
             "Ray op seconds per step by method",
             "Seconds Ray's ops blocked their callers per step of the job, per op and "
             "worker-group method, over 5m (a step: the job's most frequent stepper's). "
-            + DISPATCH + " Not data-plane time: Ray's ops stay out of every fraction of step.",
+            + DISPATCH + " Not data-plane time: only their moving-data part (*Ray data time by "
+            "method*) counts in the fractions of step.",
             "s", Query(f"{n.JOB_OP_METHOD_RAY_SECONDS_PER_STEP}{job}",
                        "{{job}} {{op}} {{method}}"), width=8),
         timeseries_panel(
