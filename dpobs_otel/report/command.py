@@ -38,9 +38,23 @@ def build(prometheus: str | None, sd_dir: str | None, job: str) -> Page:
 
 
 def run(args: argparse.Namespace) -> int:
+    """The page, or one line that says what is missing (exit 1): no traceback for a
+    Prometheus that does not answer, a file_sd directory or a PNG folder that is not there."""
+    from ..readback.prometheus import PrometheusError
     from .draw import write
-    shown = build(args.prometheus, args.sd_dir, args.job)
-    write(shown, args.png)
+    folder = Path(args.png).parent
+    if not folder.is_dir():
+        raise SystemExit(f"dpobs report: --png {args.png}: no directory {folder}")
+    if args.sd_dir and not Path(args.sd_dir).is_dir():
+        raise SystemExit(f"dpobs report: --sd-dir {args.sd_dir}: no such directory (the "
+                         "DPOBS_SD_DIR the job's processes register in)")
+    try:
+        shown = build(args.prometheus, args.sd_dir, args.job)
+        write(shown, args.png)
+    except PrometheusError as e:
+        raise SystemExit(f"dpobs report: --prometheus {args.prometheus}: {e}") from None
+    except OSError as e:  # the PNG could not be written (permissions, a full disk)
+        raise SystemExit(f"dpobs report: --png {args.png}: {e.strerror or e}") from None
     print(f"{args.png}: {len(shown.panels)} panels; {shown.caption}")
     return 0 if shown.panels else 1
 

@@ -243,8 +243,8 @@ def alerts_text(a: Answers) -> Text:
 
 def frame(a: Answers, every_s: float | None = None) -> Group:
     parts = [header(a, every_s)]
-    if a.error:
-        parts.append(Text(f"source error: {a.error}", style="bold red"))
+    if a.error:  # the source answered nothing: no empty tables, no "only with" hints
+        return Group(*parts, Text(f"source error: {a.error}", style="bold red"))
     # Alerts above the tables: a terminal too short for every process crops the bottom.
     parts += [alerts_text(a), jobs_table(a), queue_text(a), stragglers_text(a), ops_table(a)]
     # Only where weights are synced, and where a job's store exporter is scraped.
