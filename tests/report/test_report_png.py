@@ -129,3 +129,15 @@ def test_a_missing_sd_dir_is_named_and_no_blank_png_written(tmp_path):
     rc, out, err = _report("--sd-dir", str(missing), "--png", str(tmp_path / "x.png"))
     assert rc == 1 and out == "" and not (tmp_path / "x.png").exists()
     _one_line(err, str(missing), "no such directory")
+
+
+def test_the_report_prints_the_verdict_and_draws_it_under_the_title(job, tmp_path, capsys):
+    from dpobs_otel.report.command import verdict
+    page = build(None, str(job), "dpobs")
+    # three steps of the trainer over a guarded store, 4 rows each; the rollout never steps
+    assert page.verdict.startswith("data plane ") and " of the step (exposed " in page.verdict
+    assert " on trainer 0; guard: checked 12 rows, mismatched 0" in page.verdict
+    assert verdict(None, str(job), "dpobs") == page.verdict  # the demo's line, the same
+    assert page.verdict in figure(page)._suptitle.get_text()
+    assert main(["report", "--sd-dir", str(job), "--png", str(tmp_path / "a.png")]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == page.verdict
