@@ -48,6 +48,10 @@ def listing(items: list[str]) -> str:
     return ", ".join(items[:SHOWN]) + more
 
 
+def processes(n: int) -> str:
+    return f"{n} process" + ("" if n == 1 else "es")
+
+
 def _of(job: str | None) -> str:
     return f" of job {job}" if job else ""
 
@@ -68,7 +72,7 @@ def registered(sd_dir: str, job: str | None, timeout: float) -> tuple[Check, Rea
         env = f"DPOBS_SD_DIR={sd_dir}" + (f" and DPOBS_JOB={job}" if job else "")
         return Check(name, False, f"no process{_of(job)} registered in {sd_dir}{gone}",
                      f"start the job's processes with {env}"), reading
-    return Check(name, True, f"{n} processes{_of(job)} in {sd_dir}{gone}"), reading
+    return Check(name, True, f"{processes(n)}{_of(job)} in {sd_dir}{gone}"), reading
 
 
 def answering(reading: Reading) -> Check:
@@ -133,7 +137,7 @@ def scraped(prom: Prometheus, job: str | None, reading: Reading | None) -> Check
         return Check(name, False, f"Prometheus finds {len(down)} of {len(series)} down: "
                      f"{listing(said)}", "the port refuses Prometheus's host (its bind "
                      "address, a firewall, TLS), or the process hangs")
-    return Check(name, True, f"all {len(series)} processes{_of(job)} up in Prometheus")
+    return Check(name, True, f"{processes(len(series))}{_of(job)}, all up in Prometheus")
 
 
 def _mixin_rules(kind: str) -> set[str]:
@@ -239,7 +243,7 @@ def native(prom: Prometheus, job: str | None, reading: Reading | None) -> Check:
                      "Prometheus 2.x ingests them only with --enable-feature=native-histograms "
                      "(3.x: scrape_native_histograms: true); through an agent, its receiver "
                      "must take them too")
-    return Check(name, True, f"ingested from all {len(checked)} processes that serve them")
+    return Check(name, True, f"ingested from all that serve them ({processes(len(checked))})")
 
 
 def label_budget(prom: Prometheus | None, job: str | None, reading: Reading | None) -> Check:
@@ -257,7 +261,7 @@ def label_budget(prom: Prometheus | None, job: str | None, reading: Reading | No
     else:
         return Check(name, None, "needs --prometheus URL or --sd-dir DIR")
     if over:
-        return Check(name, False, f"{len(over)} processes over a label budget: "
+        return Check(name, False, f"{processes(len(over))} over a label budget: "
                      f"{listing(over)}", "a label takes more values than its budget and the "
                      "rest are counted together: bound its values (see the runbook's "
                      f"{names.ALERT_CARDINALITY_OVERFLOW})")

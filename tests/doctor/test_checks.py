@@ -50,3 +50,23 @@ def test_a_missing_directory_and_a_bad_url_are_one_line_each_and_exit_1(tmp_path
     assert [line.split()[:2] for line in shown[:-1]] == [
         ["FAIL", "registered:"], ["FAIL", "prometheus:"], ["FAIL", "alertmanager:"]]
     assert "no directory" in shown[0] and "unreachable" in shown[1]
+
+
+def test_a_process_over_its_label_budget_is_named_from_either_source():
+    from dpobs_otel.readback.scrape import ProcessTotals
+    from dpobs_otel.readback.sources import Reading, Seen
+    labels = {"job": "j", "instance": "h:1", "role": "trainer", "rank": "2"}
+    over = ProcessTotals(instrumentation_errors={checks.OVERFLOW: 5.0, "guard": 1.0})
+    fine = ProcessTotals(instrumentation_errors={"guard": 1.0})
+    reading = Reading({("a",): Seen(labels, over), ("b",): Seen(dict(labels, rank="3"), fine)},
+                      set())
+    c = checks.label_budget(None, None, reading)
+    assert c.ok is False and "trainer 2 at h:1 (5 folded)" in c.said and "trainer 3" not in c.said
+
+    class Prom:  # what Prometheus answers to the doctor's one query
+        def query(self, expr):
+            assert f'component="{checks.OVERFLOW}"' in expr and 'job="j"' in expr
+            return [{"metric": labels, "value": 7.0}]
+    c = checks.label_budget(Prom(), "j", None)
+    assert c.ok is False and "(7 folded)" in c.said and "fix:" in c.line()
+    assert checks.label_budget(None, None, Reading({("b",): Seen(labels, fine)}, set())).ok
