@@ -1,7 +1,7 @@
 """`dpobs doctor` (issue 56) against live set-ups on loopback, each breaking one link of the
 chain: a healthy stack (Prometheus scraping the job's file_sd directory with the shipped
 rules, an Alertmanager) passes; a process registered where that Prometheus does not look, a
-Prometheus without dpobs's rules, an agent whose remote write is refused and an Alertmanager
+Prometheus without dpobs's rules, one without native histograms, an agent whose remote write is refused and an Alertmanager
 that is down each fail the check of that link, named in its line, with exit 1. One stack for
 the module; the Alertmanager is stopped by the last test."""
 from __future__ import annotations
@@ -15,7 +15,7 @@ from tensordict import TensorDict
 import dpobs_otel as dpobs
 from dpobs_otel.cli import main
 from dpobs_otel.doctor.command import diagnose
-from dpobs_otel.testing.prometheus import Agent, Central
+from dpobs_otel.testing.prometheus import Agent, Central, rule_files
 from dpobs_otel.testing.stack import Stack, binaries
 
 JOB = "doctor"
@@ -117,6 +117,20 @@ def test_a_prometheus_without_dpobs_rules_fails_the_rules_checks(healthy, capsys
         assert lines(found)["scraped and up"].startswith("ok")  # the links before it hold
         assert main(["doctor", "--sd-dir", stack.sd_dir, "--prometheus", bare.url]) == 1
         assert "FAIL  recording rules loaded" in capsys.readouterr().out
+
+
+def test_a_prometheus_without_native_histograms_is_named(healthy, tmp_path):
+    """dpobs's rules loaded, but native histograms off: the trainer serves them in vain."""
+    stack, _ = healthy
+    with Central(rule_files(tmp_path), native=False, scrape_sd=stack.sd_dir) as classic:
+        wait_for(lambda: any(r["value"] == 1 for r in classic.query(f'up{{job="{JOB}"}}')),
+                 what="the classic-only Prometheus scrapes the trainer")
+        found = diagnose(stack.sd_dir, classic.url, None, JOB)
+        bad = failed(found)
+        assert "native histograms" in bad, lines(found)
+        assert "trainer 0" in bad["native histograms"]
+        assert "--enable-feature=native-histograms" in bad["native histograms"]
+        assert lines(found)["recording rules loaded"].startswith("ok")
 
 
 def test_an_agent_whose_remote_write_is_refused_is_named(healthy, tmp_path):
