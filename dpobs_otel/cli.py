@@ -18,6 +18,8 @@ COMMANDS = {
     "timeline": ("dpobs_otel.tracing.command",
                  "traced processes' spans as a Perfetto timeline (JSON) and a PNG"),
     "report": ("dpobs_otel.report.command", "one PNG page of the overview's answers"),
+    "doctor": ("dpobs_otel.doctor.command",
+               "check the chain from a job's processes to its alerts, one line per link"),
 }
 
 
