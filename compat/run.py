@@ -10,7 +10,7 @@ clocks) starts. Then the TransferQueue releases that no cell runs, each swapped 
 suite's own .venv, and the dry-run resolutions beside each framework's pins.
 Prints each step's time and a summary table; exits non-zero if anything failed.
 
-    python compat/run.py [--only CELL,...] [--checks core+guard,transferqueue,ray,demo]
+    python compat/run.py [--only CELL,...] [--checks core+guard,transferqueue,ray,weights,...,demo]
                          [--swap VERSION,...] [--swap-tests own-e2e] [--skip-swap]
                          [--skip-resolve] [--keep]
 
@@ -40,17 +40,60 @@ REPO = Path(__file__).resolve().parent.parent
 WORK = Path(os.environ.get("COMPAT_DIR", "/tmp/dpobs-compat"))
 SUITE_PY = REPO / ".venv" / "bin" / "python"
 LOOPBACK = ["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$0" "$@"']
-# What each cell runs (inside the namespace, from the repository root): the core and guard
-# suites, the TransferQueue adapter's live tests with the installed release's own e2e tests,
-# and the demo on TransferQueue with its truth columns checked (compat/demo_check.py).
-CORE = ["tests/shims/test_otel_histogram.py", "tests/test_client.py", "tests/test_critical.py",
-        "tests/shims/test_torch_jagged.py", "tests/test_rowage.py", "tests/test_sizing.py",
-        "tests/test_telemetry.py", "tests/shims/test_asyncio_tasks.py", "tests/test_imports.py",
-        "tests/test_network.py", "tests/guard", "tests/stores"]
+# What each cell runs (inside the namespace, from the repository root): the test modules whose
+# outcome can depend on the cell's versions (its Python, torch, tensordict, numpy, msgpack,
+# the OpenTelemetry SDK and exporter, Ray, TransferQueue, Mooncake, verl), then the demo on
+# TransferQueue with its truth columns checked (compat/demo_check.py). Declared here once;
+# tests/test_compat_run.py fails when a test module that imports one of those libraries, or
+# a dpobs_otel module that does, is neither here nor in NOT_VERSIONED with its reason.
 ADAPTER = ["tests/adapters/transferqueue"]
-# Where the cell has Ray (verl's, NeMo-RL's pin): Ray's object store, its private names first.
-RAY = ["tests/shims/test_ray_private.py", "tests/adapters/ray"]
-GROUPS = {"core+guard": CORE, "transferqueue": ADAPTER, "ray": RAY}  # --checks' names
+GROUPS = {  # --checks' names
+    # Sizing, row age, the guard's kernels and hooks (torch, tensordict, numpy, msgpack),
+    # the OpenTelemetry SDK under the instruments, the expositions and the tracer, the
+    # critical path's asyncio and thread shapes (Python), the stores; test_network proves
+    # the cell's own run is loopback-only.
+    "core+guard": ["tests/shims/test_otel_histogram.py", "tests/shims/test_otel_sdk.py",
+                   "tests/shims/test_torch_jagged.py", "tests/shims/test_asyncio_tasks.py",
+                   "tests/test_client.py", "tests/test_critical.py", "tests/test_rowage.py",
+                   "tests/test_sizing.py", "tests/test_telemetry.py", "tests/test_imports.py",
+                   "tests/test_network.py", "tests/testing/test_testing_imports.py",
+                   "tests/test_instruments.py", "tests/test_faults.py",
+                   "tests/test_facade.py", "tests/exporters/test_http.py",
+                   "tests/exporters/test_protobuf.py", "tests/readback/test_native.py",
+                   "tests/readback/test_cluster_quantiles.py", "tests/tracing/test_hooks.py",
+                   "tests/tracing/test_otlp.py", "tests/guard", "tests/cuda", "tests/stores"],
+    # The TransferQueue adapter's live tests with the installed release's own e2e tests, the
+    # instrumentors' shared base, and the switch matrix and test_invisible (the program's
+    # results with dpobs on and off, against a live TransferQueue).
+    "transferqueue": [*ADAPTER, "tests/adapters/test_instrumentation.py",
+                      "tests/test_switch_matrix.py", "tests/test_invisible.py"],
+    # Ray's object store, its private names first.
+    "ray": ["tests/shims/test_ray_private.py", "tests/adapters/ray"],
+    # The weight transports (torch.distributed's gloo, Ray's board, Mooncake's engine, NIXL),
+    # and the adapters of the libraries no cell pins today: each module skips itself where
+    # its library is absent, so a cell that adds mooncake or verl to its pins runs them.
+    "weights": ["tests/weights"],
+    "mooncake+verl": ["tests/adapters/mooncake", "tests/adapters/verl"],
+}
+# A group runs only where its libraries are installed (distribution names, as SHOWN's).
+NEEDS = {"ray": ["ray"]}
+# Test modules that import a versioned library but whose outcome no cell's versions can
+# change, and dpobs_otel modules that import one but only such tests run, each with why
+# (make test runs them all, on the suite's own versions).
+NOT_VERSIONED = {
+    "a demo run, asserted on its reports, rules and alerts; the torch in it is the "
+    "workload's payload, and each cell checks the demo's truth itself (compat/demo_check.py)":
+        ["tests/demo", "tests/top", "tests/tracing/test_demo_trace.py", "tests/test_e2e.py",
+         "tests/readback/test_cluster.py", "tests/readback/test_cluster_rowage.py",
+         "dpobs_otel/testing/step_worker.py", "dpobs_otel/testing/cluster_workload.py"],
+    "a Prometheus, an agent or a receiver reading what the exposition the core group checks "
+    "per cell serves: the binaries' behaviour, not the libraries'":
+        ["tests/agent", "tests/exporters/test_native_live.py", "tests/readback/test_scrape.py"],
+    "the repository's own lists and drawings, and this runner's own tests (whose scan names "
+    "dpobs_otel modules in its strings); tensors only as the payload of a Telemetry":
+        ["tests/test_contract.py", "tests/report/test_report_png.py",
+         "tests/test_compat_run.py"],
+}
 # A swapped release under CI: its own e2e tests through the adapter (every call counted, guard
 # off and on) and every kv_* entry point measured, refusals included. Serially: about 50 s a
 # release, and 0.1.6's parallel set-up errors (cells.toml) are not understood yet.
@@ -172,8 +215,9 @@ def checks(python: str, only=None, serial=()) -> list[tuple[str, list[str]]]:
     """The cell's commands: one pytest over the selected groups of tests in WORKERS workers
     (one run, so its workers fill each other's waits and the run has one tail), one over the
     groups the cell runs `serial`ly, one over their `alone` tests, then the demo's check."""
-    has_ray = "ray" in installed(python)
-    groups = {g: tests for g, tests in GROUPS.items() if g != "ray" or has_ray}
+    have = installed(python)
+    groups = {g: tests for g, tests in GROUPS.items()
+              if all(have.get(lib, "-") != "-" for lib in NEEDS.get(g, ()))}
     chosen = [g for g in groups if only is None or g in only]
     # The venv's pytest script, not `python -m pytest`: that would put the checkout first on
     # sys.path, and the tests must import dpobs_otel from the installed wheel. The 60 s limit
@@ -281,8 +325,8 @@ def swap_install(v: str):
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", default=None, help="comma-separated cell names")
-    ap.add_argument("--checks", default=None, help="comma-separated: core+guard, "
-                    "transferqueue, ray, demo (default all); CELL=a/b picks a cell's own")
+    ap.add_argument("--checks", default=None, help="comma-separated: "
+                    f"{', '.join(GROUPS)}, demo (default all); CELL=a/b picks a cell's own")
     ap.add_argument("--swap", default=None, help="comma-separated TransferQueue releases "
                     "to swap into the suite's .venv (default cells.toml's [swap])")
     ap.add_argument("--swap-tests", choices=["adapter", "own-e2e"], default="adapter")

@@ -1,7 +1,9 @@
 """compat/run.py's choice of checks per cell (`--checks`), which .ci/run relies on to run
-each cell of the matrix it can afford: read from the script itself, not a copy."""
+each cell of the matrix it can afford, and the selection of test modules a cell runs
+(GROUPS, NOT_VERSIONED): read from the script itself, not a copy."""
 from __future__ import annotations
 
+import ast
 import concurrent.futures
 import importlib.util
 import threading
@@ -9,7 +11,11 @@ from pathlib import Path
 
 import pytest
 
-RUN = Path(__file__).resolve().parent.parent / "compat" / "run.py"
+ROOT = Path(__file__).resolve().parent.parent
+RUN = ROOT / "compat" / "run.py"
+# The libraries whose versions the cells vary (top-level import names).
+VERSIONED = {"torch", "tensordict", "numpy", "opentelemetry", "ray", "transfer_queue",
+             "mooncake", "verl", "msgpack"}
 
 
 @pytest.fixture(scope="module")
@@ -55,9 +61,10 @@ def test_the_alone_pass_waits_for_what_runs_beside_the_cell(run, monkeypatch):
 
 
 @pytest.mark.parametrize("serial, want", [
-    ((), [("core+guard,transferqueue,ray", True), ("alone", False), ("demo", False)]),
-    (("transferqueue",), [("core+guard,ray", True), ("transferqueue (serial)", False),
-                          ("alone", False), ("demo", False)]),
+    ((), [("core+guard,transferqueue,ray,weights,mooncake+verl", True), ("alone", False),
+          ("demo", False)]),
+    (("transferqueue",), [("core+guard,ray,weights,mooncake+verl", True),
+                          ("transferqueue (serial)", False), ("alone", False), ("demo", False)]),
 ])
 def test_a_cell_runs_its_serial_groups_in_a_pytest_of_their_own(run, monkeypatch, serial,
                                                                  want):
@@ -69,8 +76,16 @@ def test_a_cell_runs_its_serial_groups_in_a_pytest_of_their_own(run, monkeypatch
     assert [(what, "-n" in cmd) for what, cmd in got] == want
     tests = {what: [a for a in cmd if a.startswith("tests/")] for what, cmd in got}
     serial_paths = [t for what, paths in tests.items() if "serial" in what for t in paths]
-    assert serial_paths == ([] if not serial else run.ADAPTER)
-    assert set(tests["alone"]) == set(run.CORE + run.ADAPTER + run.RAY)
+    assert serial_paths == ([] if not serial else run.GROUPS["transferqueue"])
+    assert set(tests["alone"]) == {t for paths in run.GROUPS.values() for t in paths}
+
+
+def test_a_group_whose_library_is_absent_is_left_out(run, monkeypatch):
+    """installed() names every library it looks for, an absent one as '-'."""
+    monkeypatch.setattr(run, "installed", lambda python: {"ray": "-", "torch": "2.9.0"})
+    got = run.checks("/venv/bin/python")
+    assert got[0][0] == "core+guard,transferqueue,weights,mooncake+verl"
+    assert not any(t in cmd for _, cmd in got for t in run.GROUPS["ray"])
 
 
 def test_the_summary_names_each_failed_test_under_its_cell(run, monkeypatch):
@@ -104,3 +119,106 @@ def test_a_row_s_verdict_names_its_failed_checks_and_their_tests(run):
                        {"check": "demo", "rc": 2, "s": 1.0, "tests": ["FAILED t"]}])
     assert got == {"ok": False, "failed": ["build", "demo"], "tests": ["FAILED t"]}
     assert run.outcome([{"check": "alone", "rc": 0, "s": 1.0}])["ok"]
+
+
+def imported(path: Path, module: str = "") -> set[str]:
+    """Every module name `path` imports, anywhere in it (in functions too): `import a.b`,
+    `from a import b` (as a and a.b), relative imports resolved against `module`,
+    `pytest.importorskip("a")`, the names an `instrumentation.lazy_names` table loads on
+    first use, and string constants naming a dpobs_otel module (started with `python -m`)."""
+    package = module.split(".")[:-1] if path.name != "__init__.py" else module.split(".")
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package[:len(package) - node.level + 1]
+                base = ".".join(up + ([node.module] if node.module else []))
+            out |= {base} | {f"{base}.{a.name}" for a in node.names}
+        elif isinstance(node, ast.Call) and isinstance(node.func, (ast.Attribute, ast.Name)):
+            name = getattr(node.func, "attr", getattr(node.func, "id", ""))
+            if name == "importorskip" and node.args and isinstance(node.args[0], ast.Constant):
+                out.add(node.args[0].value)
+            if name == "lazy_names" and len(node.args) == 2 and isinstance(node.args[1],
+                                                                            ast.Dict):
+                out |= {f"{module}.{v.value}" for v in node.args[1].values
+                        if isinstance(v, ast.Constant)}
+        elif (isinstance(node, ast.Constant) and isinstance(node.value, str)
+              and node.value.startswith("dpobs_otel.")):
+            out.add(node.value)
+    return out
+
+
+def package_imports() -> dict[str, tuple[Path, set[str]]]:
+    """dpobs_otel's modules: name -> (file, what it imports)."""
+    out = {}
+    for path in sorted((ROOT / "dpobs_otel").rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        out[name] = (path, imported(path, name))
+    return out
+
+
+def under(path: Path, listed) -> bool:
+    return any(path == ROOT / x or ROOT / x in path.parents for x in listed)
+
+
+def test_every_module_that_imports_a_versioned_library_is_in_a_cell_or_says_why_not(run):
+    """A test module that imports torch, tensordict, numpy, the OpenTelemetry SDK, Ray,
+    TransferQueue, Mooncake, verl or msgpack (itself, or through a dpobs_otel module that
+    imports one) is run by each cell (GROUPS) or listed in NOT_VERSIONED with its reason;
+    and every dpobs_otel module that imports one is reached from a cell's test modules, the
+    conftest.py files beside them or the demo's check (through dpobs_otel's own imports), or
+    is listed in NOT_VERSIONED. A new module the selection does not name fails here."""
+    selected = [x for paths in run.GROUPS.values() for x in paths]
+    exempt = [x for paths in run.NOT_VERSIONED.values() for x in paths]
+    for path in selected + exempt:
+        assert (ROOT / path).exists(), f"compat/run.py names {path}, which does not exist"
+    pkg = package_imports()
+    direct = {name for name, (_, names) in pkg.items()
+              if {n.split(".")[0] for n in names} & VERSIONED}
+    unlisted, roots = [], set(imported(ROOT / "compat" / "demo_check.py"))
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        names = imported(path)
+        if under(path, selected) and not under(path, exempt):
+            roots |= names
+        elif (path.name.startswith("test_") and not under(path, exempt)
+              and ({n.split(".")[0] for n in names} & VERSIONED or names & direct)):
+            unlisted.append(str(path.relative_to(ROOT)))
+    assert unlisted == [], "test modules that import a versioned library, in no cell's " \
+        "selection (compat/run.py GROUPS) and not in NOT_VERSIONED"
+    reached, todo = set(), [n for n in roots if n in pkg]
+    while todo:
+        name = todo.pop()
+        if name not in reached:
+            reached.add(name)
+            todo += [n for n in pkg[name][1] if n in pkg]
+    missed = sorted(name for name in direct - reached if not under(pkg[name][0], exempt))
+    assert missed == [], "dpobs_otel modules that import a versioned library, exercised " \
+        "by no cell's test modules and not in NOT_VERSIONED"
+
+
+def test_no_module_is_both_run_and_exempt(run):
+    """A path in both lists (or under a folder of the other) would say two things."""
+    selected = [x for paths in run.GROUPS.values() for x in paths]
+    exempt = [x for paths in run.NOT_VERSIONED.values() for x in paths]
+    assert len(set(selected)) == len(selected) and len(set(exempt)) == len(exempt)
+    both = [x for x in selected if under(ROOT / x, exempt)] + \
+           [x for x in exempt if under(ROOT / x, selected)]
+    assert both == []
+
+
+def test_the_scan_sees_each_way_a_module_imports(tmp_path):
+    """The scan the coverage test relies on: a miss here would let a module through."""
+    src = tmp_path / "mod.py"
+    src.write_text("import torch.nn\nfrom tensordict import TensorDict\n"
+                   "from . import sibling\nfrom ..up import thing\n"
+                   "def f():\n    import msgpack\n    pytest.importorskip('verl')\n"
+                   "W = 'dpobs_otel.testing.step_worker'\n"
+                   "__getattr__ = lazy_names(__name__, {'Plane': 'plane'})\n")
+    got = imported(src, "dpobs_otel.adapters.mod")
+    assert {"torch.nn", "tensordict", "dpobs_otel.adapters.sibling",
+            "dpobs_otel.up.thing", "msgpack", "verl", "dpobs_otel.testing.step_worker",
+            "dpobs_otel.adapters.mod.plane"} <= got
