@@ -2,17 +2,19 @@
 """`make compat`: the compatibility matrix of compat/cells.toml.
 
 With the network, each cell's virtualenv is built from the dpobs-otel wheel (one wheel per
-Python version, built here from the checkout) beside the framework's pins; then the cell's
-checks run in a loopback-only network namespace (unshare --net, only `lo` up), and its
-virtualenv is deleted (a PyPI torch is a CUDA build: several GB). The next cell's virtualenv
-is built while the current one runs, and done before its `alone` pass (tests that compare
-clocks) starts. Then the TransferQueue releases that no cell runs, each swapped into the
+Python version, built here from the checkout, every run) beside the framework's pins, once
+per lock (the interpreter, the pins, the wheel's requirements, pip's constraints; lock_key)
+and kept in a cache outside the checkout (--cache, default /var/cache/dpobs-compat as root):
+a later run with the same lock reinstalls only the wheel there. Then the cell's checks (the
+test modules GROUPS declares version-dependent, and the demo's) run in a loopback-only
+network namespace (unshare --net, only `lo` up). The next cell's virtualenv is built while
+the current one runs, and done before its `alone` pass (tests that compare clocks) starts. Then the TransferQueue releases that no cell runs, each swapped into the
 suite's own .venv, and the dry-run resolutions beside each framework's pins.
 Prints each step's time and a summary table; exits non-zero if anything failed.
 
-    python compat/run.py [--only CELL,...] [--checks core+guard,transferqueue,ray,weights,...,demo]
+    python compat/run.py [--only CELL,...] [--checks core+guard,transferqueue,ray,...,demo]
                          [--swap VERSION,...] [--swap-tests own-e2e] [--skip-swap]
-                         [--skip-resolve] [--keep]
+                         [--skip-resolve] [--cache DIR | --no-cache]
 
 --checks picks checks for every cell; an entry CELL=a/b picks that cell's own instead
 (`--checks roll=transferqueue/demo,nemo-rl=ray`: roll its TransferQueue and demo checks,
@@ -26,7 +28,9 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import fcntl
 import glob
+import hashlib
 import json
 import os
 import shutil
@@ -34,10 +38,29 @@ import subprocess
 import sys
 import time
 import tomllib
+import zipfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 WORK = Path(os.environ.get("COMPAT_DIR", "/tmp/dpobs-compat"))
+
+
+def default_cache() -> Path:
+    """Where the cells' virtualenvs stay between runs: outside the checkout, which CI clones
+    afresh each time (as root, /var/cache; else the user's cache directory)."""
+    if os.environ.get("COMPAT_CACHE"):
+        return Path(os.environ["COMPAT_CACHE"])
+    if os.geteuid() == 0:
+        return Path("/var/cache/dpobs-compat")
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dpobs-compat"
+
+
+CACHE = default_cache()
+# A cached virtualenv older than this is built again even if its lock is unchanged: the
+# unpinned requirements (the newest cell's everything, `ray[default]`, what pins leave
+# free) then move to their newest releases, as they did when every run built afresh.
+CACHE_DAYS = float(os.environ.get("COMPAT_CACHE_DAYS", "7"))
+STAMP = ".dpobs-compat-lock.json"  # written into a virtualenv last: its build completed
 SUITE_PY = REPO / ".venv" / "bin" / "python"
 LOOPBACK = ["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$0" "$@"']
 # What each cell runs (inside the namespace, from the repository root): the test modules whose
@@ -175,27 +198,90 @@ def requirements(cell: dict, extras: str) -> tuple[list[str], list[str]]:
     return list(cell.get("pins", [])), []
 
 
-def build(cell: dict, extras: str) -> dict:
-    """The cell's virtualenv, with the network. Returns what run() needs."""
-    venv = WORK / "venvs" / cell["name"]
-    shutil.rmtree(venv, ignore_errors=True)
+def lock_key(python: str, reqs: list[str], opts: list[str], wheel_requires: list[str],
+             constraints: str) -> str:
+    """A cell's lock: what its virtualenv's contents follow from (the interpreter's exact
+    version, the pins and pip options, the wheel's declared requirements, pip's machine-wide
+    constraints). The same lock reuses the virtualenv; anything else builds a new one."""
+    blob = json.dumps({"python": python, "reqs": sorted(reqs), "opts": opts,
+                       "wheel": sorted(wheel_requires), "constraints": constraints},
+                      sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def python_version(python: str) -> str:
+    rc, _, text = sh([python, "-c", "import platform, sys; print(platform.python_version(),"
+                      " sys.implementation.cache_tag, platform.machine())"])
+    if rc:
+        raise RuntimeError(f"{python} does not start:\n{text[-2000:]}")
+    return text.strip()
+
+
+def wheel_requires(whl: Path) -> list[str]:
+    """The wheel's Requires-Dist lines (its dependencies and every extra's)."""
+    with zipfile.ZipFile(whl) as z:
+        meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+        text = z.read(meta).decode()
+    return [ln.split(":", 1)[1].strip() for ln in text.splitlines()
+            if ln.startswith("Requires-Dist:")]
+
+
+def pip_constraints() -> str:
+    """The text of the constraint files pip applies on this machine (cells.toml's header)."""
+    named = os.environ.get("PIP_CONSTRAINT", "").split() + ["/etc/xdg/pip/constraints.txt"]
+    return "\n".join(Path(f).read_text() for f in named if Path(f).is_file())
+
+
+def cached(cache: Path, name: str, key: str) -> tuple[Path, bool]:
+    """The virtualenv of cell `name` under lock `key`, and whether it is complete and young
+    enough to reuse. Any other of the cell's virtualenvs (an older lock, a build that never
+    finished) is removed: one a cell, several GB each."""
+    venv = cache / "venvs" / f"{name}-{key}"
+    stamp = venv / STAMP
+    try:
+        made = json.loads(stamp.read_text())
+        fresh = made["key"] == key and time.time() - made["built"] < CACHE_DAYS * 86400
+    except (OSError, ValueError, KeyError):
+        fresh = False
+    for old in (cache / "venvs").glob(f"{glob.escape(name)}-*"):
+        if old != venv or not fresh:
+            shutil.rmtree(old, ignore_errors=True)
+    return venv, fresh
+
+
+def build(cell: dict, extras: str, cache: Path | None = None) -> dict:
+    """The cell's virtualenv, with the network: reused from `cache` where its lock is
+    unchanged, with only the dpobs-otel wheel installed afresh (it is what is under test);
+    else built there (or, with no cache, under WORK, for the caller to delete). pip keeps its
+    downloads in its own cache (~/.cache/pip), used as is. Returns what run() needs."""
     python = interpreter(cell["python"])
     t0 = time.monotonic()
+    venv, reused = WORK / "venvs" / cell["name"], False
     try:
         whl = wheel(python)
         reqs, opts = requirements(cell, extras)
-        for cmd in ([python, "-m", "venv", str(venv)],
-                    [str(venv / "bin" / "pip"), "install", "-q", "--no-compile", *opts,
-                     f"dpobs-otel[{extras}] @ {whl.as_uri()}", *reqs]):
+        if cache is None:
+            shutil.rmtree(venv, ignore_errors=True)
+        else:
+            key = lock_key(python_version(python), reqs, opts, wheel_requires(whl),
+                           pip_constraints())
+            venv, reused = cached(cache, cell["name"], key)
+        pip = [str(venv / "bin" / "pip"), "install", "-q", "--no-compile"]
+        cmds = ([[*pip, "--no-deps", "--force-reinstall", str(whl)]] if reused else
+                [[python, "-m", "venv", str(venv)],
+                 [*pip, *opts, f"dpobs-otel[{extras}] @ {whl.as_uri()}", *reqs]])
+        for cmd in cmds:
             rc, _, text = sh(cmd)
             if rc:
                 raise RuntimeError(f"{' '.join(cmd)}\n{text[-4000:]}")
+        if cache is not None and not reused:
+            (venv / STAMP).write_text(json.dumps({"key": key, "built": time.time()}))
         versions = installed(venv / "bin" / "python")
         error = None
     except RuntimeError as exc:
         versions, error = {}, str(exc)
     return {"venv": venv, "versions": versions, "build_s": time.monotonic() - t0,
-            "error": error}
+            "error": error, "reused": reused}
 
 
 def installed(python) -> dict:
@@ -332,8 +418,13 @@ def main() -> int:
     ap.add_argument("--swap-tests", choices=["adapter", "own-e2e"], default="adapter")
     ap.add_argument("--skip-swap", action="store_true")
     ap.add_argument("--skip-resolve", action="store_true")
-    ap.add_argument("--keep", action="store_true", help="keep each cell's virtualenv")
+    ap.add_argument("--cache", default=str(CACHE), help="where the cells' virtualenvs stay "
+                    "between runs, one a cell, reused while its lock is unchanged (default "
+                    "%(default)s; COMPAT_CACHE)")
+    ap.add_argument("--no-cache", action="store_true", help="build each cell's virtualenv "
+                    "afresh under COMPAT_DIR and delete it after its checks")
     args = ap.parse_args()
+    cache = None if args.no_cache else Path(args.cache)
     spec = tomllib.loads((REPO / "compat" / "cells.toml").read_text())
     cells = [c for c in spec["cell"] if args.only is None or c["name"] in args.only.split(",")]
     for cell in cells:  # a misspelt group would otherwise run in the workers, unsaid
@@ -343,6 +434,10 @@ def main() -> int:
     extras = spec["extras"]
     ns = loopback_only()
     WORK.mkdir(parents=True, exist_ok=True)
+    if cache is not None:  # a second run on this machine waits: it would reinstall the
+        (cache / "venvs").mkdir(parents=True, exist_ok=True)  # wheel under this one's tests
+        lock = open(cache / "lock", "w")
+        fcntl.flock(lock, fcntl.LOCK_EX)
     t_all = time.monotonic()
     rows = []
 
@@ -363,12 +458,15 @@ def main() -> int:
     swap_tests = SWAP_OWN_E2E if args.swap_tests == "own-e2e" else ADAPTER
 
     with concurrent.futures.ThreadPoolExecutor(1) as builder:
-        pending = builder.submit(build, cells[0], extras) if cells else None
+        pending = builder.submit(build, cells[0], extras, cache) if cells else None
         for i, cell in enumerate(cells):
             built = pending.result()
-            pending = builder.submit(build, cells[i + 1], extras) if i + 1 < len(cells) else None
+            pending = (builder.submit(build, cells[i + 1], extras, cache)
+                       if i + 1 < len(cells) else None)
             name = cell["name"]
-            log(f"{name}: virtualenv built in {built['build_s']:.0f} s "
+            how = "reused (its lock unchanged), the wheel reinstalled" if built["reused"] \
+                else "built"
+            log(f"{name}: virtualenv {how} in {built['build_s']:.0f} s "
                 f"{json.dumps(built['versions'])}")
             t0 = time.monotonic()
             if built["error"]:
@@ -379,7 +477,7 @@ def main() -> int:
                                      cell_env(), checks_for(name, args.checks),
                                      cell.get("serial", ()),
                                      beside=[pending, *swaps, *resolves])
-            if not args.keep:
+            if cache is None:  # several GB each (a PyPI torch is a CUDA build)
                 shutil.rmtree(built["venv"], ignore_errors=True)
             rows.append({"name": name, "versions": built["versions"] or
                          {"python": cell["python"]}, "build_s": built["build_s"],

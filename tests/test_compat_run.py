@@ -222,3 +222,103 @@ def test_the_scan_sees_each_way_a_module_imports(tmp_path):
     assert {"torch.nn", "tensordict", "dpobs_otel.adapters.sibling",
             "dpobs_otel.up.thing", "msgpack", "verl", "dpobs_otel.testing.step_worker",
             "dpobs_otel.adapters.mod.plane"} <= got
+
+
+LOCK = {"python": "3.12.7 cpython-312 x86_64", "reqs": ["torch==2.11.0", "ray[default]"],
+        "opts": [], "wheel_requires": ["numpy>=1.24", "torch>=2.9"],
+        "constraints": "torch<=2.14.1\n"}
+
+
+@pytest.mark.parametrize("change", [
+    {"reqs": ["torch==2.12.0", "ray[default]"]},              # a pin moved
+    {"reqs": ["torch==2.11.0", "ray[default]", "numpy<2"]},   # a pin added
+    {"python": "3.12.8 cpython-312 x86_64"},                  # another interpreter
+    {"opts": ["--only-binary", ":all:"]},
+    {"wheel_requires": ["numpy>=1.24", "torch>=2.10"]},       # pyproject.toml's floor moved
+    {"constraints": "torch<=2.15.0\n"},                       # the machine's cap moved
+])
+def test_a_changed_lock_gives_a_new_key(run, change):
+    assert run.lock_key(**{**LOCK, **change}) != run.lock_key(**LOCK)
+
+
+def test_the_same_lock_gives_the_same_key(run):
+    again = {**LOCK, "reqs": list(reversed(LOCK["reqs"]))}  # the order pins are listed in
+    assert run.lock_key(**again) == run.lock_key(**LOCK)
+
+
+@pytest.fixture
+def fake_pip(run, monkeypatch, tmp_path):
+    """build() with every command recorded instead of run: `python -m venv` makes the
+    folder, as it would; the cell's lock is LOCK with its pins."""
+    cmds = []
+
+    def sh(cmd, **kw):
+        cmds.append(cmd)
+        if cmd[1:3] == ["-m", "venv"]:
+            Path(cmd[3], "bin").mkdir(parents=True)
+        return 0, 0.0, ""
+
+    monkeypatch.setattr(run, "sh", sh)
+    monkeypatch.setattr(run, "interpreter", lambda version: f"/py/{version}/bin/python")
+    monkeypatch.setattr(run, "wheel", lambda python: tmp_path / "dpobs_otel-1-py3.whl")
+    monkeypatch.setattr(run, "python_version", lambda python: python)
+    monkeypatch.setattr(run, "wheel_requires", lambda whl: LOCK["wheel_requires"])
+    monkeypatch.setattr(run, "pip_constraints", lambda: LOCK["constraints"])
+    monkeypatch.setattr(run, "installed", lambda python: {"torch": "2.11.0"})
+    return cmds
+
+
+def made(cmds) -> list[str]:
+    """What build() ran: 'venv', 'install' (the cell's requirements) or 'wheel' (only the
+    dpobs-otel wheel, reinstalled)."""
+    return ["venv" if "venv" in c else "wheel" if "--force-reinstall" in c else "install"
+            for c in cmds]
+
+
+def test_a_cell_s_virtualenv_is_built_once_per_lock_and_its_wheel_every_run(run, fake_pip,
+                                                                          tmp_path):
+    cache = tmp_path / "cache"
+    cell = {"name": "verl-0.9", "python": "3.12", "pins": ["torch==2.11.0"]}
+    first = run.build(cell, "test", cache)
+    assert made(fake_pip) == ["venv", "install"] and not first["reused"]
+    fake_pip.clear()
+    second = run.build(cell, "test", cache)
+    assert made(fake_pip) == ["wheel"] and second["reused"]
+    assert second["venv"] == first["venv"]
+    assert fake_pip[0][-1] == str(tmp_path / "dpobs_otel-1-py3.whl")
+    fake_pip.clear()
+    moved = run.build({**cell, "pins": ["torch==2.12.0"]}, "test", cache)
+    assert made(fake_pip) == ["venv", "install"] and not moved["reused"]
+    assert [p.name for p in (cache / "venvs").iterdir()] == [moved["venv"].name]
+
+
+def test_an_unfinished_or_old_build_is_built_again(run, fake_pip, tmp_path, monkeypatch):
+    """No stamp (the build stopped half way) or a stamp older than CACHE_DAYS (the unpinned
+    requirements may have moved on): built again, in the same place."""
+    cache = tmp_path / "cache"
+    cell = {"name": "newest", "python": "3.13", "pins": []}
+    first = run.build(cell, "test", cache)
+    (first["venv"] / run.STAMP).unlink()
+    fake_pip.clear()
+    assert not run.build(cell, "test", cache)["reused"]
+    assert made(fake_pip) == ["venv", "install"]
+    monkeypatch.setattr(run, "CACHE_DAYS", 0)
+    fake_pip.clear()
+    assert not run.build(cell, "test", cache)["reused"]
+    assert made(fake_pip) == ["venv", "install"]
+
+
+def test_without_a_cache_every_run_builds(run, fake_pip, tmp_path, monkeypatch):
+    monkeypatch.setattr(run, "WORK", tmp_path / "work")
+    cell = {"name": "roll", "python": "3.10", "pins": ["numpy<2"]}
+    for _ in range(2):
+        fake_pip.clear()
+        built = run.build(cell, "test", None)
+        assert made(fake_pip) == ["venv", "install"] and not built["reused"]
+        assert built["venv"] == tmp_path / "work" / "venvs" / "roll"
+
+
+def test_no_pip_command_turns_its_download_cache_off(run):
+    """Downloads are reused through pip's own cache: nothing in the runner may disable it."""
+    text = RUN.read_text()
+    assert "--no-cache-dir" not in text and "PIP_NO_CACHE_DIR" not in text
