@@ -198,6 +198,14 @@ def test_every_module_that_imports_a_versioned_library_is_in_a_cell_or_says_why_
     missed = sorted(name for name in direct - reached if not under(pkg[name][0], exempt))
     assert missed == [], "dpobs_otel modules that import a versioned library, exercised " \
         "by no cell's test modules and not in NOT_VERSIONED"
+    # And NOT_VERSIONED says nothing needless: a dpobs_otel file it names is reached by no
+    # cell, a test file it names imports a versioned library.
+    named = {name for name, (path, _) in pkg.items() if str(path.relative_to(ROOT)) in exempt}
+    assert sorted(named & reached) == []
+    needless = [x for x in exempt if x.startswith("tests/") and (ROOT / x).is_file()
+                and not ({n.split(".")[0] for n in imported(ROOT / x)} & VERSIONED
+                         or imported(ROOT / x) & direct)]
+    assert needless == []
 
 
 def test_no_module_is_both_run_and_exempt(run):
