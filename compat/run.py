@@ -246,8 +246,8 @@ def cached(cache: Path, name: str, key: str) -> tuple[Path, bool]:
         fresh = made["key"] == key and time.time() - made["built"] < CACHE_DAYS * 86400
     except (OSError, ValueError, KeyError):
         fresh = False
-    for old in (cache / "venvs").glob(f"{glob.escape(name)}-*"):
-        if old != venv or not fresh:
+    for old in (cache / "venvs").glob(f"{glob.escape(name)}-{'[0-9a-f]' * len(key)}"):
+        if old != venv or not fresh:  # the pattern: not cell `verl`'s for a cell `verl-0.9`
             shutil.rmtree(old, ignore_errors=True)
     return venv, fresh
 

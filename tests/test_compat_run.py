@@ -298,6 +298,9 @@ def test_a_cell_s_virtualenv_is_built_once_per_lock_and_its_wheel_every_run(run,
     moved = run.build({**cell, "pins": ["torch==2.12.0"]}, "test", cache)
     assert made(fake_pip) == ["venv", "install"] and not moved["reused"]
     assert [p.name for p in (cache / "venvs").iterdir()] == [moved["venv"].name]
+    other = run.build({**cell, "name": "verl"}, "test", cache)  # a name this one starts with
+    assert sorted(p.name for p in (cache / "venvs").iterdir()) == sorted(
+        [moved["venv"].name, other["venv"].name])
 
 
 def test_an_unfinished_or_old_build_is_built_again(run, fake_pip, tmp_path, monkeypatch):
