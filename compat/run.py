@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import email.parser
 import fcntl
 import glob
 import hashlib
@@ -225,8 +226,8 @@ def wheel_requires(whl: Path) -> list[str]:
     with zipfile.ZipFile(whl) as z:
         meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
         text = z.read(meta).decode()
-    return [ln.split(":", 1)[1].strip() for ln in text.splitlines()
-            if ln.startswith("Requires-Dist:")]
+    # The headers only: the long description after them may hold anything.
+    return email.parser.Parser().parsestr(text, headersonly=True).get_all("Requires-Dist", [])
 
 
 def pip_constraints() -> str:

@@ -333,3 +333,20 @@ def test_no_pip_command_turns_its_download_cache_off(run):
     """Downloads are reused through pip's own cache: nothing in the runner may disable it."""
     text = RUN.read_text()
     assert "--no-cache-dir" not in text and "PIP_NO_CACHE_DIR" not in text
+
+
+def test_the_lock_reads_the_wheel_s_requirements_and_the_interpreter(run, tmp_path):
+    """The parts of the lock read from outside: the wheel's METADATA (its dependencies and
+    every extra's) and the interpreter's exact version."""
+    import sys
+    import zipfile
+
+    whl = tmp_path / "dpobs_otel-1.0-cp311-cp311-linux_x86_64.whl"
+    with zipfile.ZipFile(whl, "w") as z:
+        z.writestr("dpobs_otel-1.0.dist-info/METADATA",
+                   "Metadata-Version: 2.1\nName: dpobs-otel\nRequires-Dist: torch>=2.9\n"
+                   "Provides-Extra: ray\nRequires-Dist: ray<3,>=2.49; extra == \"ray\"\n\n"
+                   "Requires-Dist: in the description, not a requirement\n")
+    assert run.wheel_requires(whl) == ["torch>=2.9", 'ray<3,>=2.49; extra == "ray"']
+    got = run.python_version(sys.executable)
+    assert got.split()[0] == ".".join(map(str, sys.version_info[:3]))
