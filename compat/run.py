@@ -8,8 +8,9 @@ and kept in a cache outside the checkout (--cache, default /var/cache/dpobs-comp
 a later run with the same lock reinstalls only the wheel there. Then the cell's checks (the
 test modules GROUPS declares version-dependent, and the demo's) run in a loopback-only
 network namespace (unshare --net, only `lo` up). The next cell's virtualenv is built while
-the current one runs, and done before its `alone` pass (tests that compare clocks) starts. Then the TransferQueue releases that no cell runs, each swapped into the
-suite's own .venv, and the dry-run resolutions beside each framework's pins.
+the current one runs, and done before its `alone` pass (tests that compare clocks) starts.
+Then the TransferQueue releases that no cell runs, each swapped into the suite's own .venv,
+and the dry-run resolutions beside each framework's pins.
 Prints each step's time and a summary table; exits non-zero if anything failed.
 
     python compat/run.py [--only CELL,...] [--checks core+guard,transferqueue,ray,...,demo]
@@ -75,7 +76,8 @@ GROUPS = {  # --checks' names
     # Sizing, row age, the guard's kernels and hooks (torch, tensordict, numpy, msgpack),
     # the OpenTelemetry SDK under the instruments, the expositions and the tracer, the
     # critical path's asyncio and thread shapes (Python), the stores; test_network proves
-    # the cell's own run is loopback-only.
+    # the cell's own run is loopback-only. (The protobuf runtime the exposition tests decode
+    # with comes with Ray, which every cell has through TransferQueue.)
     "core+guard": ["tests/shims/test_otel_histogram.py", "tests/shims/test_otel_sdk.py",
                    "tests/shims/test_torch_jagged.py", "tests/shims/test_asyncio_tasks.py",
                    "tests/test_client.py", "tests/test_critical.py", "tests/test_rowage.py",
