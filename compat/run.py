@@ -273,21 +273,30 @@ def build(cell: dict, extras: str, cache: Path | None = None) -> dict:
                            pip_constraints())
             venv, reused = cached(cache, cell["name"], key)
         pip = [str(venv / "bin" / "pip"), "install", "-q", "--no-compile"]
-        cmds = ([[*pip, "--no-deps", "--force-reinstall", str(whl)]] if reused else
-                [[python, "-m", "venv", str(venv)],
-                 [*pip, *opts, f"dpobs-otel[{extras}] @ {whl.as_uri()}", *reqs]])
-        for cmd in cmds:
-            rc, _, text = sh(cmd)
-            if rc:
-                raise RuntimeError(f"{' '.join(cmd)}\n{text[-4000:]}")
-        if cache is not None and not reused:
-            (venv / STAMP).write_text(json.dumps({"key": key, "built": time.time()}))
+        if reused and sh([*pip, "--no-deps", "--force-reinstall", str(whl)])[0]:
+            # A cached virtualenv that takes no wheel (a disk error, a hand's edit) would
+            # fail every run after this one too: built again now.
+            log(f"{cell['name']}: the cached virtualenv took no wheel; building it again")
+            shutil.rmtree(venv, ignore_errors=True)
+            reused = False
+        if not reused:
+            create(python, venv, [*pip, *opts, f"dpobs-otel[{extras}] @ {whl.as_uri()}", *reqs])
+            if cache is not None:
+                (venv / STAMP).write_text(json.dumps({"key": key, "built": time.time()}))
         versions = installed(venv / "bin" / "python")
         error = None
     except RuntimeError as exc:
         versions, error = {}, str(exc)
     return {"venv": venv, "versions": versions, "build_s": time.monotonic() - t0,
             "error": error, "reused": reused}
+
+
+def create(python: str, venv: Path, install: list[str]) -> None:
+    """A virtualenv at `venv` from `python`, then the `install` command run in it."""
+    for cmd in ([python, "-m", "venv", str(venv)], install):
+        rc, _, text = sh(cmd)
+        if rc:
+            raise RuntimeError(f"{' '.join(cmd)}\n{text[-4000:]}")
 
 
 def installed(python) -> dict:

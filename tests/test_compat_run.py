@@ -319,6 +319,27 @@ def test_an_unfinished_or_old_build_is_built_again(run, fake_pip, tmp_path, monk
     assert made(fake_pip) == ["venv", "install"]
 
 
+def test_a_cached_virtualenv_that_takes_no_wheel_is_built_again(run, fake_pip, tmp_path,
+                                                                 monkeypatch):
+    cache = tmp_path / "cache"
+    cell = {"name": "floor", "python": "3.11", "pins": ["numpy==1.24.0"]}
+    first = run.build(cell, "test", cache)
+    fake_pip.clear()
+    recorded = run.sh
+
+    def sh(cmd, **kw):  # the wheel's reinstall fails, every other command as before
+        if "--force-reinstall" in cmd:
+            fake_pip.append(cmd)
+            return 1, 0.0, "ERROR: a broken virtualenv"
+        return recorded(cmd, **kw)
+
+    monkeypatch.setattr(run, "sh", sh)
+    again = run.build(cell, "test", cache)
+    assert made(fake_pip) == ["wheel", "venv", "install"]
+    assert not again["reused"] and again["error"] is None and again["venv"] == first["venv"]
+    assert (again["venv"] / run.STAMP).exists()
+
+
 def test_without_a_cache_every_run_builds(run, fake_pip, tmp_path, monkeypatch):
     monkeypatch.setattr(run, "WORK", tmp_path / "work")
     cell = {"name": "roll", "python": "3.10", "pins": ["numpy<2"]}
