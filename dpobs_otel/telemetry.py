@@ -15,7 +15,7 @@ from .critical import CriticalPath, Exposure
 from .exposed import exposed_iterable
 from .facade import DisabledTelemetry, TelemetryInterface
 from .shims.otel_histogram import OpRecords
-from .shims.otel_sdk import degradations, op_duration_aggregation
+from .shims.otel_sdk import degradations, op_duration_aggregation, overflowed, watch_overflow
 from .stats import Stats
 from .stepmetrics import StepMetrics
 from .version import __version__
@@ -57,6 +57,8 @@ class Telemetry(TelemetryInterface):
                                        views=_views(), resource=resource,
                                        exemplar_filter=AlwaysOffExemplarFilter())
         self.meter = meter = self._provider.get_meter("dpobs_otel", __version__)
+        for e in self.exporters:  # the SDK's cardinality limit, never met silently
+            watch_overflow(e.reader, self._collected)
         self._create_instruments(meter)
         if degradations():  # otel_sdk logged each; counted in this process's registry
             self.stats.instr_errors[names.OTEL_SDK_COMPONENT] = len(degradations())
@@ -237,6 +239,30 @@ class Telemetry(TelemetryInterface):
                             exc_info=exc)
         except Exception:  # pragma: no cover - the last line of defence
             pass
+
+    def _collected(self, metrics_data) -> None:
+        """After a reader's collection: each instrument whose label sets reached the SDK's
+        cardinality limit (its overflow point present) counts once more under component
+        overflow, at every collection that has it, so the count keeps rising while series are
+        folded; logged once per process. Never raises into the scrape."""
+        try:
+            folded = overflowed(metrics_data)
+            if not folded:
+                return
+            with self.stats.lock:
+                ie = self.stats.instr_errors
+                ie[names.COMPONENT_OVERFLOW] = ie.get(names.COMPONENT_OVERFLOW, 0) + len(folded)
+            key = (os.getpid(), names.COMPONENT_OVERFLOW)
+            if key not in _LOGGED:
+                _LOGGED.add(key)
+                log.warning("dpobs: %s reached the OpenTelemetry SDK's cardinality limit: label "
+                            "sets past it are folded into one otel_metric_overflow=\"true\" "
+                            "series, and queries over them undercount; counted in %s{component="
+                            "\"%s\"} (logged once; docs/development/scaling.md)",
+                            ", ".join(sorted(folded)), names.INSTR_ERRORS_SERIES,
+                            names.COMPONENT_OVERFLOW)
+        except Exception as exc:
+            self.internal_error(names.COMPONENT_EXPORT, exc)
 
     def shutdown(self) -> None:
         if self._closed:

@@ -79,6 +79,9 @@ class NativeReader(PrometheusMetricReader):
         super().__init__(**kwargs)
         self._native_lock = threading.Lock()
         self._native: list[tuple[str, str, list]] = []  # (family, help, data points)
+        # collected(metrics_data) after each collection: the Telemetry's look for the SDK's
+        # overflow points (otel_sdk.watch_overflow sets it; it never raises)
+        self.collected = None
 
     @classmethod
     def on(cls, registry) -> tuple["NativeReader", object]:
@@ -93,6 +96,8 @@ class NativeReader(PrometheusMetricReader):
                       for m in sm.metrics if _has_native(m)]
             with self._native_lock:
                 self._native = native
+            if self.collected is not None:
+                self.collected(metrics_data)
         super()._receive_metrics(metrics_data, timeout_millis, **kwargs)
 
     def native_families(self, wanted: list[str] | None = None) -> bytes:
