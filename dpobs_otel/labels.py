@@ -6,6 +6,10 @@ exception's class name), the guard's `field` (a TensorDict key) and Ray's `metho
 bound, adapters/ray/methods.py). Each of those keeps the first `limit` values it sees in a
 process; every later one is recorded as OTHER.
 
+An instrument that still reaches the OpenTelemetry SDK's cardinality limit (2000 label sets by
+default) has its further label sets folded into one point carrying OVERFLOW_ATTRIBUTE;
+overflowed() finds them in a collection, and the Telemetry counts them (component overflow).
+
 Why `other` and not OpenTelemetry's `_OTHER`: `other` is what the project's first bounded
 label (Ray's method) already records, so one value means "past the bound" on every series,
 and the rules and panels that read it need no second spelling; `_OTHER` is a semantic
@@ -44,3 +48,20 @@ class Bounded:
                 return OTHER
             self._seen.add(value)
         return value
+
+
+# The attribute of the SDK's overflow point (the specification's name, public).
+OVERFLOW_ATTRIBUTE = "otel.metric.overflow"
+
+
+def overflowed(metrics_data) -> list[str]:
+    """The names of the instruments whose points in this collection (the SDK's MetricsData)
+    include the overflow point."""
+    out = []
+    for rm in getattr(metrics_data, "resource_metrics", ()):
+        for sm in rm.scope_metrics:
+            for m in sm.metrics:
+                points = getattr(m.data, "data_points", ())
+                if any(p.attributes and p.attributes.get(OVERFLOW_ATTRIBUTE) for p in points):
+                    out.append(m.name)
+    return out

@@ -9,13 +9,13 @@ from time import perf_counter
 from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, MeterProvider
 from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
 from opentelemetry.sdk.resources import Resource
-from . import instruments, names, observed
+from . import instruments, labels, names, observed
 from .config import Settings, disabled
 from .critical import CriticalPath, Exposure
 from .exposed import exposed_iterable
 from .facade import DisabledTelemetry, TelemetryInterface
 from .shims.otel_histogram import OpRecords
-from .shims.otel_sdk import degradations, op_duration_aggregation, overflowed, watch_overflow
+from .shims.otel_sdk import degradations, op_duration_aggregation
 from .stats import Stats
 from .stepmetrics import StepMetrics
 from .version import __version__
@@ -58,7 +58,9 @@ class Telemetry(TelemetryInterface):
                                        exemplar_filter=AlwaysOffExemplarFilter())
         self.meter = meter = self._provider.get_meter("dpobs_otel", __version__)
         for e in self.exporters:  # the SDK's cardinality limit, never met silently
-            watch_overflow(e.reader, self._collected)
+            watch = getattr(e.reader, "watch", None)
+            if watch is not None:
+                watch(self._collected)
         self._create_instruments(meter)
         if degradations():  # otel_sdk logged each; counted in this process's registry
             self.stats.instr_errors[names.OTEL_SDK_COMPONENT] = len(degradations())
@@ -246,7 +248,7 @@ class Telemetry(TelemetryInterface):
         overflow, at every collection that has it, so the count keeps rising while series are
         folded; logged once per process. Never raises into the scrape."""
         try:
-            folded = overflowed(metrics_data)
+            folded = labels.overflowed(metrics_data)
             if not folded:
                 return
             with self.stats.lock:

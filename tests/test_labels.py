@@ -115,3 +115,31 @@ def test_a_small_limit_on_the_errors_instrument_is_counted(monkeypatch):
         assert _overflow(scrape(tel)) >= 1
     finally:
         tel.shutdown()
+
+
+def test_without_the_exporters_hook_the_overflow_is_uncounted_and_said_once(monkeypatch):
+    """The public fallback: an exporter whose reader has no _receive_metrics never shows the
+    reader a collection; the count is absent, the degradation logged and counted once, and the
+    scrape still serves the folded series."""
+    import dpobs_otel as dpobs
+    from dpobs_otel.shims import otel_sdk
+    module, _ = otel_sdk.OWNED["receive_metrics"]
+    monkeypatch.setitem(otel_sdk.OWNED, "receive_metrics", (module, "_dpobs_renamed"))
+    otel_sdk.reset()
+    try:
+        tel = dpobs.start(role="test", rank=0, port=0)
+        try:
+            counter = tel.meter.create_counter("dpobs_test_wide")
+            for i in range(2001):
+                counter.add(1, {"key": str(i)})
+            assert any(OVERFLOW_LABEL in dict(k) for _, k in scrape(tel))
+            s = scrape(tel)
+            assert _overflow(s) is None
+            assert "the cardinality overflow count" in otel_sdk.degradations()
+            assert value(s, "dpobs_instrumentation_errors_total",
+                         component=names.OTEL_SDK_COMPONENT) >= 1
+        finally:
+            tel.shutdown()
+    finally:
+        monkeypatch.undo()
+        otel_sdk.reset()

@@ -398,38 +398,3 @@ def sanitize_attribute(key: str) -> str:
     """The exporter's label name for an attribute key (its own function where it has it)."""
     fn = owned("sanitize_attribute")
     return fn(key) if fn is not None else _LABEL.sub("_", key)
-
-
-# -- the SDK's cardinality limit -------------------------------------------------------------
-# The attribute the SDK's overflow point carries (the specification's name, public; the SDK
-# spells it in a private constant): label sets past an instrument's cardinality limit (2000 by
-# default) are folded into that one point.
-OVERFLOW_ATTRIBUTE = "otel.metric.overflow"
-
-
-def overflowed(metrics_data) -> list[str]:
-    """The names of the instruments whose points in this collection include the overflow
-    point (public data classes only)."""
-    out = []
-    for rm in getattr(metrics_data, "resource_metrics", ()):
-        for sm in rm.scope_metrics:
-            for m in sm.metrics:
-                points = getattr(m.data, "data_points", ())
-                if any(p.attributes and p.attributes.get(OVERFLOW_ATTRIBUTE) for p in points):
-                    out.append(m.name)
-    return out
-
-
-def watch_overflow(reader, collected) -> bool:
-    """Call collected(metrics_data) after each collection of `reader` (the caller looks for
-    overflow points in it with overflowed(); it must not raise). Only a reader that sees its collections can (NativeReader, through
-    the exporter's private `_receive_metrics`, whose public fallback is the reader without the
-    watch: that degradation is logged and counted, and the overflow goes uncounted there).
-    True when watched."""
-    if not hasattr(reader, "collected"):
-        return False
-    if owned("receive_metrics") is None:
-        degrade("the cardinality overflow count", "the exporter's _receive_metrics not found")
-        return False
-    reader.collected = collected
-    return True
