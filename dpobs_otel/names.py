@@ -426,6 +426,7 @@ COMPONENT_FILE_SD = "file_sd"  # the file_sd target file (off the op's path)
 COMPONENT_WEIGHTS = "weights"  # a weight sync's bookkeeping, fingerprints and check
 COMPONENT_EXPORT = "export"  # an observable's callback at collection (off the op's path)
 COMPONENT_RAY = "ray"  # the Ray adapter's own bookkeeping on a Ray op's way
+COMPONENT_OVERFLOW = "overflow"  # an instrument past the SDK's cardinality limit (labels.py)
 # A private name of Ray not as known (shims/ray_private.py): ops counted and timed, bytes out.
 COMPONENT_RAY_PRIVATE = "ray_private"
 # A private name of the OpenTelemetry SDK or exporter not as known (shims/otel_sdk.py): that part

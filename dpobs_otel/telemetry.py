@@ -9,7 +9,7 @@ from time import perf_counter
 from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, MeterProvider
 from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
 from opentelemetry.sdk.resources import Resource
-from . import instruments, names, observed
+from . import instruments, labels, names, observed
 from .config import Settings, disabled
 from .critical import CriticalPath, Exposure
 from .exposed import exposed_iterable
@@ -57,6 +57,10 @@ class Telemetry(TelemetryInterface):
                                        views=_views(), resource=resource,
                                        exemplar_filter=AlwaysOffExemplarFilter())
         self.meter = meter = self._provider.get_meter("dpobs_otel", __version__)
+        for e in self.exporters:  # the SDK's cardinality limit, never met silently
+            watch = getattr(e.reader, "watch", None)
+            if watch is not None:
+                watch(self._collected)
         self._create_instruments(meter)
         if degradations():  # otel_sdk logged each; counted in this process's registry
             self.stats.instr_errors[names.OTEL_SDK_COMPONENT] = len(degradations())
@@ -237,6 +241,30 @@ class Telemetry(TelemetryInterface):
                             exc_info=exc)
         except Exception:  # pragma: no cover - the last line of defence
             pass
+
+    def _collected(self, metrics_data) -> None:
+        """After a reader's collection: each instrument whose label sets reached the SDK's
+        cardinality limit (its overflow point present) counts once more under component
+        overflow, at every collection that has it, so the count keeps rising while series are
+        folded; logged once per process. Never raises into the scrape."""
+        try:
+            folded = labels.overflowed(metrics_data)
+            if not folded:
+                return
+            with self.stats.lock:
+                ie = self.stats.instr_errors
+                ie[names.COMPONENT_OVERFLOW] = ie.get(names.COMPONENT_OVERFLOW, 0) + len(folded)
+            key = (os.getpid(), names.COMPONENT_OVERFLOW)
+            if key not in _LOGGED:
+                _LOGGED.add(key)
+                log.warning("dpobs: %s reached the OpenTelemetry SDK's cardinality limit: label "
+                            "sets past it are folded into one otel_metric_overflow=\"true\" "
+                            "series, and queries over them undercount; counted in %s{component="
+                            "\"%s\"} (logged once; docs/development/scaling.md)",
+                            ", ".join(sorted(folded)), names.INSTR_ERRORS_SERIES,
+                            names.COMPONENT_OVERFLOW)
+        except Exception as exc:
+            self.internal_error(names.COMPONENT_EXPORT, exc)
 
     def shutdown(self) -> None:
         if self._closed:

@@ -73,6 +73,12 @@ class Config:
     guard_failing_for: str = "5m"
     guard_blind_for: str = "15m"
     instrumentation_errors_for: str = "5m"
+    # DpobsRuleEvaluationSlow: a dpobs rule group (rule_group, "<file>;<group>", matching this
+    # regular expression: the mixin's rules files) whose last evaluation took longer than its
+    # interval, for this long, or that missed an evaluation within the window.
+    rule_groups: str = ".*dpobs-[^/;]*[.]rules[.]yml;.*"
+    rule_evaluation_slow_for: str = "10m"
+    rule_evaluation_missed_window: str = "10m"
     # DpobsWeightsStale: a receiver's weight version more than this many versions behind
     # the newest its job's senders completed, for this long. Async RL runs up to K versions
     # behind on purpose (set K); 1 lets a one-step-off-policy job, and the version in flight

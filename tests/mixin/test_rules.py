@@ -143,8 +143,11 @@ def test_prometheus_config_loads_both_rule_files(tmp_path):
     cfg = yaml.safe_load(PROMETHEUS_YML.read_text())
     assert cfg["rule_files"] == ["/etc/prometheus/rules/*.rules.yml"]
     assert cfg["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"] == ["alertmanager:9093"]
-    (job,) = cfg["scrape_configs"]
+    job, itself = cfg["scrape_configs"]
     assert job["job_name"] == "dpobs"
+    # itself: the rule groups' own series that DpobsRuleEvaluationSlow reads
+    assert itself == {"job_name": "dpobs-prometheus",
+                      "static_configs": [{"targets": ["localhost:9090"]}]}
     assert job["file_sd_configs"][0]["files"] == ["/etc/prometheus/file_sd/*.json"]
     assert {"scrape_interval", "evaluation_interval"} <= cfg["global"].keys()
     cfg["rule_files"] = [str(RULES / "*.rules.yml")]
