@@ -26,7 +26,7 @@ def prometheus_yml(c: Config) -> str:
          {"global": GLOBAL, "rule_files": RULE_FILES, "alerting": ALERTMANAGER}),
         ("job_name is only the default: the job label in a target file overrides it, and role\n"
          "and rank come from the same file. The second job is Prometheus itself: its rule\n"
-         "groups' durations and missed evaluations feed DpobsRuleEvaluationSlow.",
+         f"groups' durations and missed evaluations feed {n.ALERT_RULE_EVALUATION_SLOW}.",
          {"scrape_configs": [{"job_name": "dpobs", "file_sd_configs": [{
              "files": ["/etc/prometheus/file_sd/*.json"], "refresh_interval": "30s"}]},
              {"job_name": "dpobs-prometheus", **SELF_SCRAPE}]}),
@@ -48,7 +48,7 @@ def central_yml(c: Config) -> str:
          {"global": GLOBAL, "rule_files": RULE_FILES, "alerting": ALERTMANAGER}),
         ("Only itself: its `up` and start time tell a reader whether the central side was\n"
          "running when a node went quiet, and its rule groups' durations and missed\n"
-         "evaluations feed DpobsRuleEvaluationSlow.",
+         f"evaluations feed {n.ALERT_RULE_EVALUATION_SLOW}.",
          {"scrape_configs": [{"job_name": "dpobs-central", **SELF_SCRAPE}]}),
     )
 
