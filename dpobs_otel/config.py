@@ -86,28 +86,25 @@ class Unmeasured(ValueError):
 
 @dataclass(frozen=True)
 class Settings:
+    """Each field is start()'s argument and DPOBS_<FIELD>; DOCS says what each does."""
     role: str = "trainer"
     rank: int = 0
     job: str = "dpobs"
-    host: str = "127.0.0.1"  # loopback unless told otherwise
-    port: int = 0  # 0: any free port
+    host: str = "127.0.0.1"
+    port: int = 0
     sd_dir: str | None = None
     verify_tensor_hash: bool = False
-    # the weight proof's fingerprints ride in the weight stream (every receiver runs dpobs)
-    # instead of the job's control store (weights/boards.py; docs/guides/weights.md)
     weights_in_band: bool = False
-    advertise_host: str | None = None  # the host written into file_sd, when host is a wildcard
+    advertise_host: str | None = None
     tls_certfile: str | None = None
     tls_keyfile: str | None = None
-    tls_client_cafile: str | None = None  # when set, clients must present a certificate
-    reconcile_rows: int = 16384  # rows put between occupancy reconciliations
-    row_age: bool = False  # rows carry their write time; reads observe their age (rowage.py)
-    trace: bool = False  # spans of ops, steps and waits (tracing/), served at /trace
-    trace_ring: int = 16384  # spans each process keeps (the oldest go first)
-    trace_every: int = 1  # trace one step in this many (ops outside steps follow the process's)
-    node: str | None = None  # the node on spans (default: this host's name)
-    # TransferQueue's own Prometheus exporter turned on by dpobs at transfer_queue.init when
-    # the user's config leaves `metrics.enabled` unset (adapters/transferqueue/store_metrics.py)
+    tls_client_cafile: str | None = None
+    reconcile_rows: int = 16384
+    row_age: bool = False
+    trace: bool = False
+    trace_ring: int = 16384
+    trace_every: int = 1
+    node: str | None = None
     tq_metrics: bool = False
 
     @classmethod
@@ -170,7 +167,53 @@ class Settings:
         return self.node or socket.gethostname()
 
 
+# What each setting does (the settings page, docs/reference/settings.md, is made of these).
+DOCS = {
+    "role": "the process's role label (rollout, trainer, ...)",
+    "rank": "the process's rank label; unset, RANK (torchrun), then SLURM_PROCID (srun)",
+    "job": "the Prometheus job label; unset, OTEL_SERVICE_NAME (the OTel service is the job)",
+    "host": "the address /metrics is served on (loopback unless told otherwise)",
+    "port": "the port /metrics is served on (0: any free port)",
+    "sd_dir": "a directory where a Prometheus file_sd target file announces this process",
+    "verify_tensor_hash": "the wire guard: every row's tensors fingerprinted at put and "
+                          "checked at get (docs/guard.md)",
+    "weights_in_band": "the weight proof's fingerprints ride in the weight stream (every "
+                       "receiver runs dpobs) instead of the job's control store "
+                       "(docs/guides/weights.md)",
+    "advertise_host": "the host written into file_sd when host is a wildcard (default: the "
+                      "host name)",
+    "tls_certfile": "serve /metrics over TLS with this certificate (needs tls_keyfile)",
+    "tls_keyfile": "the TLS certificate's private key (needs tls_certfile)",
+    "tls_client_cafile": "mutual TLS: clients must present a certificate this CA signed",
+    "reconcile_rows": "rows put between occupancy reconciliations",
+    "row_age": "rows carry their write time; reads observe their age (rowage.py)",
+    "trace": "spans of ops, steps and waits, served at /trace (docs/guides/timeline.md)",
+    "trace_ring": "spans each process keeps (the oldest go first)",
+    "trace_every": "trace one step in this many (ops outside steps follow the process's)",
+    "node": "the node on spans (default: this host's name)",
+    "tq_metrics": "TransferQueue's own Prometheus exporter turned on at transfer_queue.init "
+                  "where the user's config leaves `metrics.enabled` unset "
+                  "(adapters/transferqueue/store_metrics.py)",
+}
 TLS = ("tls_certfile", "tls_keyfile", "tls_client_cafile")
+# A bad variable's outcome, where it is not "one line, then the default".
+_ON_BAD = {
+    "host": "cannot be served on: one line, dpobs runs unmeasured",
+    "port": "in use: one line, any free port instead",
+    "sd_dir": "cannot be written: one line; /metrics is served, no file_sd target (counted "
+              "in dpobs_instrumentation_errors_total)",
+    **dict.fromkeys(TLS, "without its pair, or a file that does not load: one line, dpobs "
+                         "runs unmeasured (no plain http where TLS was asked for)"),
+}
+
+
+def on_bad_value(name: str) -> str:
+    """What a bad DPOBS_<NAME> does, in words (the settings page)."""
+    kind = {bool: f"not a boolean ({BOOLEANS})", int: "not an integer"}.get(_TYPES[name])
+    limit = _LIMITS.get(name, (None, ""))[1]
+    wrong = " or ".join(w for w in (kind, limit and limit.removeprefix("is ")) if w)
+    said = [f"{wrong}: one line, then the default"] if wrong else []
+    return "; ".join(said + [_ON_BAD[name]] if name in _ON_BAD else said) or "any value is taken"
 # Each setting's Python type, from its annotation ("int", "str | None", ...).
 _TYPES = {f.name: {"str": str, "int": int, "bool": bool}[str(f.type).split(" |")[0]]
           for f in fields(Settings)}
