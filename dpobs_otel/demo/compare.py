@@ -24,7 +24,6 @@ exporter on (`dpobs demo --backend transferqueue --store-metrics` does).
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 
@@ -46,22 +45,6 @@ SETTLE = 31  # samples every op series has before the rules are read
 # --verify-tensor-hash runs every backend with the guard on, and it has none on Ray's plane.
 VERIFY_RAY = "--verify-tensor-hash: the guard does not ride Ray's object store"
 ROWS = ("calls", "mean ms", "p50 ms", "p99 ms", "bytes/call", "share")
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--backends", default=",".join(BACKENDS),
-                   help="comma-separated, of " + ", ".join(BACKENDS) + " (default: every one "
-                        "this machine has)")
-    p.add_argument("--steps", type=int, default=60, help="measured steps per backend")
-    p.add_argument("--trainers", type=int, default=2)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--store-latency-ms", type=float, default=0.0,
-                   help="service time the memory store adds (default 0: its own speed)")
-    p.add_argument("--verify-tensor-hash", action="store_true",
-                   help="run every backend with the wire guard on")
-    p.add_argument("--log-dir", default=None, metavar="DIR",
-                   help="where each backend's own logs go, a file per backend (default: a "
-                        "new folder under the temp dir)")
 
 
 def _backends(spec: str, verify: bool = False) -> list[str]:
