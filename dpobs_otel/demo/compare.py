@@ -31,7 +31,7 @@ from ..names import (INSTANCE_FRAC_OF_STEP, INSTR_TIME_SERIES, JOB_BUSY_FRAC_OF_
                      JOB_EXPOSED_FRAC_OF_STEP, JOB_FRAC_OF_STEP, JOB_MAX_EXPOSED_FRAC_OF_STEP,
                      JOB_OP_MEAN, JOB_OP_NATIVE_QUANTILE, JOB_OP_QUANTILE, JOB_OP_SHARE,
                      JOB_OVERHEAD_RATIO, OP_DURATION_SERIES, TRANSFERRED_SERIES)
-from .backends import BACKENDS, available
+from .backends import BACKENDS, BackendUnavailable, available, start_failure
 from .batches import Config
 from .logs import BackendLog, log_dir
 from .progress import Progress
@@ -270,15 +270,35 @@ def collect(args) -> dict[str, dict]:
     if missing:
         raise SystemExit(f"dpobs compare: needs {', '.join(missing)} on PATH (Debian packages "
                          "prometheus, prometheus-alertmanager)")
-    results, logs = {}, log_dir(args.log_dir)
+    logs = log_dir(args.log_dir)
     with Stack(interval=INTERVAL) as stack:
         print(f"Prometheus {stack.prometheus}", file=sys.stderr)
-        for name in names:
+
+        def one(name: str) -> dict:
             cfg = Config(steps=args.steps, trainers=args.trainers, batch_size=args.batch_size,
                          latency_s=args.store_latency_ms / 1e3, verify=args.verify_tensor_hash,
                          sd_dir=stack.sd_dir, backend=name, job=f"dpobs-{name}")
             with BackendLog(logs, name) as log:
-                results[name] = measure(stack, cfg, log.err)
+                return measure(stack, cfg, log.err)
+
+        results = measure_each(names, one)
+    if not results:
+        raise SystemExit("dpobs compare: no backend ran; the lines above say why")
+    return results
+
+
+def measure_each(names: list[str], one) -> dict[str, dict]:
+    """one(name) for each backend; one that cannot start, or fails, costs one line and the
+    others still make the table (their results are not thrown away)."""
+    results = {}
+    for name in names:
+        try:
+            results[name] = one(name)
+        except BackendUnavailable as exc:
+            print(f"dpobs compare: skipping {name}: {exc}", file=sys.stderr)
+        except Exception as exc:  # its log's tail is printed (logs.BackendLog)
+            print(f"dpobs compare: {name} failed ({start_failure(exc)}); the table shows the "
+                  "rest", file=sys.stderr)
     return results
 
 

@@ -22,7 +22,7 @@ from ..report.command import demo_png
 from ..tracing.command import demo_outputs
 from .progress import Progress
 from ..testing.stack import Stack, binaries
-from .backends import available
+from .backends import BackendUnavailable, available
 from .batches import Config
 from .critical import critical_path_lines
 from .queue import check_queue, queue_lines
@@ -47,7 +47,7 @@ def config(args) -> Config:
         ray_report.refuse(args)
     missing = available(args.backend)
     if missing:
-        raise SystemExit(f"dpobs demo: --backend {args.backend} needs: {missing}")
+        raise SystemExit(f"dpobs demo: --backend {args.backend} cannot run here: {missing}")
     return Config(steps=args.steps, trainers=args.trainers, batch_size=args.batch_size,
                   min_len=args.min_len, max_len=args.max_len, duration=args.duration,
                   latency_s=args.store_latency_ms / 1e3, verify=args.verify_tensor_hash,
@@ -328,6 +328,9 @@ def run(args) -> int:
     except KeyboardInterrupt:
         print("\ninterrupted; everything started is stopped", file=sys.stderr)
         return 130
+    except BackendUnavailable as exc:
+        print(f"dpobs demo: --backend {cfg.backend} cannot start: {exc}", file=sys.stderr)
+        return 1
     finally:
         for s, h in old.items():
             signal.signal(s, h)
