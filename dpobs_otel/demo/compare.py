@@ -36,7 +36,7 @@ from .batches import Config
 from .logs import BackendLog, log_dir
 from .progress import Progress
 from .critical import fractions
-from .report import frac_of_step, merge, op_shares, quantile, session
+from .report import STACK_PACKAGES, frac_of_step, merge, op_shares, quantile, session
 from ..testing.stack import Stack, StackError, binaries
 from ..top import store
 
@@ -268,8 +268,8 @@ def collect(args) -> dict[str, dict]:
         raise SystemExit("dpobs compare: no backend can run here")
     missing = [n for n, p in binaries().items() if p is None]
     if missing:
-        raise SystemExit(f"dpobs compare: needs {', '.join(missing)} on PATH (Debian packages "
-                         "prometheus, prometheus-alertmanager)")
+        raise SystemExit(f"dpobs compare: needs {', '.join(missing)} on PATH (apt install "
+                         f"{STACK_PACKAGES})")
     logs = log_dir(args.log_dir)
     with Stack(interval=INTERVAL) as stack:
         print(f"Prometheus {stack.prometheus}", file=sys.stderr)

@@ -277,6 +277,21 @@ def _alert(labels: dict) -> str:
 
 
 # -- the command ---------------------------------------------------------------------------
+# The Debian packages of the demo's stack (testing/stack.binaries finds their binaries).
+STACK_PACKAGES = "prometheus prometheus-alertmanager"
+NO_PICTURE = ("No picture: the demo ran without Prometheus and without --sd-dir; for one, "
+              f"apt install {STACK_PACKAGES} (the demo then starts them) or rerun with "
+              "--sd-dir DIR (the picture from the processes' own endpoints)")
+
+
+def picture(stack, cfg: Config, folder, out) -> None:
+    """The answers as a PNG in the run's folder, or the line that says how to get one."""
+    if stack is None and not cfg.sd_dir:
+        print(NO_PICTURE, file=out)
+        return
+    demo_png(stack and stack.prometheus, cfg.sd_dir, cfg.job, folder, out)
+
+
 def run(args) -> int:
     cfg = config(args)
     if cfg.corrupt_at is not None and not cfg.verify:
@@ -306,8 +321,8 @@ def run(args) -> int:
             if args.stack == "auto":
                 missing = [n for n, p in binaries().items() if p is None]
                 if missing:
-                    print(f"--stack auto: {', '.join(missing)} not on PATH; "
-                          "running without Prometheus", file=sys.stderr)
+                    print(f"--stack auto: {', '.join(missing)} not on PATH; running without "
+                          f"Prometheus (for it: apt install {STACK_PACKAGES})", file=sys.stderr)
                 else:
                     mixin = store_report.stack_mixin(cfg, stack_mixin(cfg))
                     stack = es.enter_context(Stack(sd_dir=args.sd_dir, mixin=mixin))
@@ -323,8 +338,7 @@ def run(args) -> int:
                 progress.finish()
                 print(report(res, stack, cfg), file=backend.out, flush=True)
                 demo_outputs(cfg, res.info, backend.path.parent, backend.out)
-                demo_png(stack and stack.prometheus, cfg.sd_dir, cfg.job, backend.path.parent,
-                         backend.out)
+                picture(stack, cfg, backend.path.parent, backend.out)
     except KeyboardInterrupt:
         print("\ninterrupted; everything started is stopped", file=sys.stderr)
         return 130
