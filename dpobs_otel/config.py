@@ -201,7 +201,7 @@ _ON_BAD = {
     "host": "cannot be served on: one line, dpobs runs unmeasured",
     "port": "in use: one line, any free port instead",
     "sd_dir": "cannot be written: one line; /metrics is served, no file_sd target (counted "
-              "in dpobs_instrumentation_errors_total)",
+              "among the internal errors)",
     **dict.fromkeys(TLS, "without its pair, or a file that does not load: one line, dpobs "
                          "runs unmeasured (no plain http where TLS was asked for)"),
 }
