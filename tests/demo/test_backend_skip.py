@@ -98,3 +98,40 @@ def test_compare_keeps_the_results_of_the_backends_that_ran(capsys):
     assert capsys.readouterr().err.splitlines() == [
         f"dpobs compare: skipping mooncake: {LINE}",
         "dpobs compare: transferqueue failed (controller died); the table shows the rest"]
+
+
+COMPARE = """
+import sys
+from dpobs_otel.testing import mooncake
+mooncake.master_binary = lambda: {master!r}
+from dpobs_otel import cli
+if __name__ == "__main__":  # the workload's processes are spawned: they import this file
+    sys.exit(cli.main(["compare", "--backends", "memory,mooncake", "--steps", "3",
+                       "--log-dir", {logs!r}]))
+"""
+
+
+@pytest.mark.slow
+@needs_mooncake
+def test_compare_makes_its_table_of_the_rest_when_mooncake_cannot_start(tmp_path):
+    """The issue's run, end to end: a real compare (Prometheus, the memory backend) whose
+    mooncake_master exits with 127 as the loader makes it without libibverbs.so.1."""
+    import subprocess
+    import sys
+
+    from dpobs_otel.testing.stack import binaries
+    if not all(binaries().values()):
+        pytest.skip("dpobs compare needs prometheus and alertmanager on PATH")
+    master = _script(tmp_path / "mooncake_master",
+                     'echo "$0: error while loading shared libraries: libibverbs.so.1: cannot '
+                     'open shared object file: No such file or directory" >&2\nexit 127\n')
+    script = tmp_path / "compare.py"
+    script.write_text(COMPARE.format(master=master, logs=str(tmp_path / "logs")))
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "Traceback" not in r.stderr
+    assert [line for line in r.stderr.splitlines() if line.startswith("dpobs compare:")] == [
+        f"dpobs compare: skipping mooncake: {LINE}"]
+    table = r.stdout[r.stdout.index("Backends side by side"):]
+    assert "memory" in table.splitlines()[1] and "mooncake" not in table
