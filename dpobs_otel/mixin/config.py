@@ -13,9 +13,13 @@ from dataclasses import dataclass, fields
 
 from .. import names as n
 
-# A placeholder, not a real site: point it where your copy of this repository's docs is
-# served (a GitHub blob URL renders docs/runbook.md with the heading anchors alerts link to).
-RUNBOOK_PLACEHOLDER = "https://github.com/example/dpobs-otel/blob/main"
+# The runbook page in these docs. Without the operator's runbook_base_url an alert's
+# runbook_url is the relative docs link docs/runbook.md#<alert>: a real path of the docs,
+# never a made-up site (the placeholder it replaces linked nowhere).
+RUNBOOK_PATH = "docs/runbook.md"
+# The stand-in base URL the shipped promtool tests are written with (mixin/promtool/*.yml,
+# package data, never written out as is): tree.promtool_tests swaps in the Config's links.
+PROMTOOL_RUNBOOK_BASE = "https://github.com/example/dpobs-otel/blob/main"
 
 
 @dataclass(frozen=True)
@@ -26,8 +30,9 @@ class Config:
     # A label that tells clusters apart on a shared central Prometheus (e.g. "cluster").
     # Empty: no such label. When set, every aggregation and every vector match keeps it.
     cluster_label: str = ""
-    # runbook_url = <runbook_base_url>/docs/runbook.md#<lowercased alert name>
-    runbook_base_url: str = RUNBOOK_PLACEHOLDER
+    # Where the operator serves these docs: runbook_url = <runbook_base_url>/docs/runbook.md#
+    # <lowercased alert name>. Empty (the default): the relative docs/runbook.md#<alert>.
+    runbook_base_url: str = ""
 
     # DpobsDataPlaneDominatesStep: the job's exposed fraction of step time (the time steps
     # were blocked on the data plane; op-seconds for a synchronous job) above these.
@@ -160,7 +165,12 @@ class Config:
         return f"{metric}{{{', '.join(parts)}}}" if parts else metric
 
     def runbook_url(self, alert: str) -> str:
-        return f"{self.runbook_base_url.rstrip('/')}/docs/runbook.md#{alert.lower()}"
+        return f"{self.runbook_prefix()}{alert.lower()}"
+
+    def runbook_prefix(self) -> str:
+        """Every runbook_url up to the anchor: the operator's URL, else the relative path."""
+        base = self.runbook_base_url.rstrip("/")
+        return f"{base}/{RUNBOOK_PATH}#" if base else f"{RUNBOOK_PATH}#"
 
     def promtool_tests_apply(self) -> bool:
         """The shipped promtool tests pin the default thresholds, durations and selector;
