@@ -2,17 +2,20 @@
 """`make compat`: the compatibility matrix of compat/cells.toml.
 
 With the network, each cell's virtualenv is built from the dpobs-otel wheel (one wheel per
-Python version, built here from the checkout) beside the framework's pins; then the cell's
-checks run in a loopback-only network namespace (unshare --net, only `lo` up), and its
-virtualenv is deleted (a PyPI torch is a CUDA build: several GB). The next cell's virtualenv
-is built while the current one runs, and done before its `alone` pass (tests that compare
-clocks) starts. Then the TransferQueue releases that no cell runs, each swapped into the
-suite's own .venv, and the dry-run resolutions beside each framework's pins.
+Python version, built here from the checkout, every run) beside the framework's pins, once
+per lock (the interpreter, the pins, the wheel's requirements, pip's constraints; lock_key)
+and kept in a cache outside the checkout (--cache, default /var/cache/dpobs-compat as root):
+a later run with the same lock reinstalls only the wheel there. Then the cell's checks (the
+test modules GROUPS declares version-dependent, and the demo's) run in a loopback-only
+network namespace (unshare --net, only `lo` up). The next cell's virtualenv is built while
+the current one runs, and done before its `alone` pass (tests that compare clocks) starts.
+Then the TransferQueue releases that no cell runs, each swapped into the suite's own .venv,
+and the dry-run resolutions beside each framework's pins.
 Prints each step's time and a summary table; exits non-zero if anything failed.
 
-    python compat/run.py [--only CELL,...] [--checks core+guard,transferqueue,ray,demo]
+    python compat/run.py [--only CELL,...] [--checks core+guard,transferqueue,ray,...,demo]
                          [--swap VERSION,...] [--swap-tests own-e2e] [--skip-swap]
-                         [--skip-resolve] [--keep]
+                         [--skip-resolve] [--cache DIR | --no-cache]
 
 --checks picks checks for every cell; an entry CELL=a/b picks that cell's own instead
 (`--checks roll=transferqueue/demo,nemo-rl=ray`: roll its TransferQueue and demo checks,
@@ -26,7 +29,10 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import email.parser
+import fcntl
 import glob
+import hashlib
 import json
 import os
 import shutil
@@ -34,23 +40,89 @@ import subprocess
 import sys
 import time
 import tomllib
+import zipfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 WORK = Path(os.environ.get("COMPAT_DIR", "/tmp/dpobs-compat"))
+
+
+def default_cache() -> Path:
+    """Where the cells' virtualenvs stay between runs: outside the checkout, which CI clones
+    afresh each time (as root, /var/cache; else the user's cache directory)."""
+    if os.environ.get("COMPAT_CACHE"):
+        return Path(os.environ["COMPAT_CACHE"])
+    if os.geteuid() == 0:
+        return Path("/var/cache/dpobs-compat")
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dpobs-compat"
+
+
+CACHE = default_cache()
+# A cached virtualenv older than this is built again even if its lock is unchanged: the
+# unpinned requirements (the newest cell's everything, `ray[default]`, what pins leave
+# free) then move to their newest releases, as they did when every run built afresh.
+CACHE_DAYS = float(os.environ.get("COMPAT_CACHE_DAYS", "7"))
+STAMP = ".dpobs-compat-lock.json"  # written into a virtualenv last: its build completed
 SUITE_PY = REPO / ".venv" / "bin" / "python"
 LOOPBACK = ["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$0" "$@"']
-# What each cell runs (inside the namespace, from the repository root): the core and guard
-# suites, the TransferQueue adapter's live tests with the installed release's own e2e tests,
-# and the demo on TransferQueue with its truth columns checked (compat/demo_check.py).
-CORE = ["tests/shims/test_otel_histogram.py", "tests/test_client.py", "tests/test_critical.py",
-        "tests/shims/test_torch_jagged.py", "tests/test_rowage.py", "tests/test_sizing.py",
-        "tests/test_telemetry.py", "tests/shims/test_asyncio_tasks.py", "tests/test_imports.py",
-        "tests/test_network.py", "tests/guard", "tests/stores"]
+# What each cell runs (inside the namespace, from the repository root): the test modules whose
+# outcome can depend on the cell's versions (its Python, torch, tensordict, numpy, msgpack,
+# the OpenTelemetry SDK and exporter, Ray, TransferQueue, Mooncake, verl), then the demo on
+# TransferQueue with its truth columns checked (compat/demo_check.py). Declared here once;
+# tests/test_compat_run.py fails when a test module that imports one of those libraries, or
+# a dpobs_otel module that does, is neither here nor in NOT_VERSIONED with its reason.
 ADAPTER = ["tests/adapters/transferqueue"]
-# Where the cell has Ray (verl's, NeMo-RL's pin): Ray's object store, its private names first.
-RAY = ["tests/shims/test_ray_private.py", "tests/adapters/ray"]
-GROUPS = {"core+guard": CORE, "transferqueue": ADAPTER, "ray": RAY}  # --checks' names
+GROUPS = {  # --checks' names
+    # Sizing, row age, the guard's kernels and hooks (torch, tensordict, numpy, msgpack),
+    # the OpenTelemetry SDK under the instruments, the expositions and the tracer, the
+    # critical path's asyncio and thread shapes (Python), the stores; test_network proves
+    # the cell's own run is loopback-only. (The protobuf runtime the exposition tests decode
+    # with comes with Ray, which every cell has through TransferQueue.)
+    "core+guard": ["tests/shims/test_otel_histogram.py", "tests/shims/test_otel_sdk.py",
+                   "tests/shims/test_torch_jagged.py", "tests/shims/test_asyncio_tasks.py",
+                   "tests/test_client.py", "tests/test_critical.py", "tests/test_rowage.py",
+                   "tests/test_sizing.py", "tests/test_telemetry.py", "tests/test_imports.py",
+                   "tests/test_network.py", "tests/testing/test_testing_imports.py",
+                   "tests/test_instruments.py", "tests/test_faults.py",
+                   "tests/test_facade.py", "tests/exporters/test_http.py",
+                   "tests/exporters/test_protobuf.py", "tests/readback/test_native.py",
+                   "tests/readback/test_cluster_quantiles.py", "tests/tracing/test_hooks.py",
+                   "tests/guard", "tests/cuda", "tests/stores"],
+    # The TransferQueue adapter's live tests with the installed release's own e2e tests, and
+    # the switch matrix and test_invisible (the program's results with dpobs on and off,
+    # against a live TransferQueue; they skip where Mooncake is absent).
+    "transferqueue": [*ADAPTER, "tests/test_switch_matrix.py", "tests/test_invisible.py"],
+    # Ray's object store, its private names first.
+    "ray": ["tests/shims/test_ray_private.py", "tests/adapters/ray"],
+    # The weight transports (torch.distributed's gloo, Ray's board, Mooncake's engine, NIXL),
+    # and the adapters of the libraries no cell pins today: each module skips itself where
+    # its library is absent, so a cell that adds mooncake or verl to its pins runs them.
+    "weights": ["tests/weights"],
+    "mooncake+verl": ["tests/adapters/mooncake", "tests/adapters/verl"],
+}
+# A group runs only where its libraries are installed (distribution names, as SHOWN's).
+NEEDS = {"ray": ["ray"]}
+# Test modules that import a versioned library but whose outcome no cell's versions can
+# change, and dpobs_otel modules that import one but only such tests run, each with why
+# (make test runs them all, on the suite's own versions).
+NOT_VERSIONED = {
+    "a demo run, asserted on its reports, rules and alerts; the torch in it is the "
+    "workload's payload, and each cell checks the demo's truth itself (compat/demo_check.py)":
+        ["tests/demo", "tests/top", "tests/tracing/test_demo_trace.py", "tests/test_e2e.py",
+         "tests/readback/test_cluster.py", "tests/readback/test_cluster_rowage.py",
+         "dpobs_otel/testing/step_worker.py", "dpobs_otel/testing/cluster_workload.py"],
+    "a Prometheus, an agent or a receiver reading what the exposition the core group checks "
+    "per cell serves: the binaries' behaviour, not the libraries'":
+        ["tests/agent", "tests/exporters/test_native_live.py", "tests/readback/test_scrape.py"],
+    "what a cell cannot import: OTLP's proto (the otlp extra, which no cell installs) and "
+    "tomllib (Python 3.11, and the roll cell runs 3.10); a collection error would stop the "
+    "cell's whole pass. The adapters' own modules check dpobs's start per cell":
+        ["tests/tracing/test_otlp.py", "tests/adapters/test_instrumentation.py"],
+    "the repository's own lists and drawings, and this runner's own tests (whose scan names "
+    "dpobs_otel modules in its strings); tensors only as the payload of a Telemetry":
+        ["tests/test_contract.py", "tests/report/test_report_png.py",
+         "tests/test_compat_run.py"],
+}
 # A swapped release under CI: its own e2e tests through the adapter (every call counted, guard
 # off and on) and every kv_* entry point measured, refusals included. Serially: about 50 s a
 # release, and 0.1.6's parallel set-up errors (cells.toml) are not understood yet.
@@ -132,27 +204,99 @@ def requirements(cell: dict, extras: str) -> tuple[list[str], list[str]]:
     return list(cell.get("pins", [])), []
 
 
-def build(cell: dict, extras: str) -> dict:
-    """The cell's virtualenv, with the network. Returns what run() needs."""
-    venv = WORK / "venvs" / cell["name"]
-    shutil.rmtree(venv, ignore_errors=True)
+def lock_key(python: str, reqs: list[str], opts: list[str], wheel_requires: list[str],
+             constraints: str) -> str:
+    """A cell's lock: what its virtualenv's contents follow from (the interpreter's exact
+    version, the pins and pip options, the wheel's declared requirements, pip's machine-wide
+    constraints). The same lock reuses the virtualenv; anything else builds a new one."""
+    blob = json.dumps({"python": python, "reqs": sorted(reqs), "opts": opts,
+                       "wheel": sorted(wheel_requires), "constraints": constraints},
+                      sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def python_version(python: str) -> str:
+    rc, _, text = sh([python, "-c", "import platform, sys; print(platform.python_version(),"
+                      " sys.implementation.cache_tag, platform.machine())"])
+    if rc:
+        raise RuntimeError(f"{python} does not start:\n{text[-2000:]}")
+    return text.strip()
+
+
+def wheel_requires(whl: Path) -> list[str]:
+    """The wheel's Requires-Dist lines (its dependencies and every extra's)."""
+    with zipfile.ZipFile(whl) as z:
+        meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+        text = z.read(meta).decode()
+    # The headers only: the long description after them may hold anything.
+    return email.parser.Parser().parsestr(text, headersonly=True).get_all("Requires-Dist", [])
+
+
+def pip_constraints() -> str:
+    """The text of the constraint files pip applies on this machine (cells.toml's header)."""
+    named = os.environ.get("PIP_CONSTRAINT", "").split() + ["/etc/xdg/pip/constraints.txt"]
+    return "\n".join(Path(f).read_text() for f in named if Path(f).is_file())
+
+
+def cached(cache: Path, name: str, key: str) -> tuple[Path, bool]:
+    """The virtualenv of cell `name` under lock `key`, and whether it is complete and young
+    enough to reuse. Any other of the cell's virtualenvs (an older lock, a build that never
+    finished) is removed: one a cell, several GB each."""
+    venv = cache / "venvs" / f"{name}-{key}"
+    stamp = venv / STAMP
+    try:
+        made = json.loads(stamp.read_text())
+        fresh = made["key"] == key and time.time() - made["built"] < CACHE_DAYS * 86400
+    except (OSError, ValueError, KeyError):
+        fresh = False
+    for old in (cache / "venvs").glob(f"{glob.escape(name)}-{'[0-9a-f]' * len(key)}"):
+        if old != venv or not fresh:  # the pattern: not cell `verl`'s for a cell `verl-0.9`
+            shutil.rmtree(old, ignore_errors=True)
+    return venv, fresh
+
+
+def build(cell: dict, extras: str, cache: Path | None = None) -> dict:
+    """The cell's virtualenv, with the network: reused from `cache` where its lock is
+    unchanged, with only the dpobs-otel wheel installed afresh (it is what is under test);
+    else built there (or, with no cache, under WORK, for the caller to delete). pip keeps its
+    downloads in its own cache (~/.cache/pip), used as is. Returns what run() needs."""
     python = interpreter(cell["python"])
     t0 = time.monotonic()
+    venv, reused = WORK / "venvs" / cell["name"], False
     try:
         whl = wheel(python)
         reqs, opts = requirements(cell, extras)
-        for cmd in ([python, "-m", "venv", str(venv)],
-                    [str(venv / "bin" / "pip"), "install", "-q", "--no-compile", *opts,
-                     f"dpobs-otel[{extras}] @ {whl.as_uri()}", *reqs]):
-            rc, _, text = sh(cmd)
-            if rc:
-                raise RuntimeError(f"{' '.join(cmd)}\n{text[-4000:]}")
+        if cache is None:
+            shutil.rmtree(venv, ignore_errors=True)
+        else:
+            key = lock_key(python_version(python), reqs, opts, wheel_requires(whl),
+                           pip_constraints())
+            venv, reused = cached(cache, cell["name"], key)
+        pip = [str(venv / "bin" / "pip"), "install", "-q", "--no-compile"]
+        if reused and sh([*pip, "--no-deps", "--force-reinstall", str(whl)])[0]:
+            # A cached virtualenv that takes no wheel (a disk error, a hand's edit) would
+            # fail every run after this one too: built again now.
+            log(f"{cell['name']}: the cached virtualenv took no wheel; building it again")
+            shutil.rmtree(venv, ignore_errors=True)
+            reused = False
+        if not reused:
+            create(python, venv, [*pip, *opts, f"dpobs-otel[{extras}] @ {whl.as_uri()}", *reqs])
+            if cache is not None:
+                (venv / STAMP).write_text(json.dumps({"key": key, "built": time.time()}))
         versions = installed(venv / "bin" / "python")
         error = None
     except RuntimeError as exc:
         versions, error = {}, str(exc)
     return {"venv": venv, "versions": versions, "build_s": time.monotonic() - t0,
-            "error": error}
+            "error": error, "reused": reused}
+
+
+def create(python: str, venv: Path, install: list[str]) -> None:
+    """A virtualenv at `venv` from `python`, then the `install` command run in it."""
+    for cmd in ([python, "-m", "venv", str(venv)], install):
+        rc, _, text = sh(cmd)
+        if rc:
+            raise RuntimeError(f"{' '.join(cmd)}\n{text[-4000:]}")
 
 
 def installed(python) -> dict:
@@ -172,8 +316,9 @@ def checks(python: str, only=None, serial=()) -> list[tuple[str, list[str]]]:
     """The cell's commands: one pytest over the selected groups of tests in WORKERS workers
     (one run, so its workers fill each other's waits and the run has one tail), one over the
     groups the cell runs `serial`ly, one over their `alone` tests, then the demo's check."""
-    has_ray = "ray" in installed(python)
-    groups = {g: tests for g, tests in GROUPS.items() if g != "ray" or has_ray}
+    have = installed(python)
+    groups = {g: tests for g, tests in GROUPS.items()
+              if all(have.get(lib, "-") != "-" for lib in NEEDS.get(g, ()))}
     chosen = [g for g in groups if only is None or g in only]
     # The venv's pytest script, not `python -m pytest`: that would put the checkout first on
     # sys.path, and the tests must import dpobs_otel from the installed wheel. The 60 s limit
@@ -281,15 +426,20 @@ def swap_install(v: str):
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", default=None, help="comma-separated cell names")
-    ap.add_argument("--checks", default=None, help="comma-separated: core+guard, "
-                    "transferqueue, ray, demo (default all); CELL=a/b picks a cell's own")
+    ap.add_argument("--checks", default=None, help="comma-separated: "
+                    f"{', '.join(GROUPS)}, demo (default all); CELL=a/b picks a cell's own")
     ap.add_argument("--swap", default=None, help="comma-separated TransferQueue releases "
                     "to swap into the suite's .venv (default cells.toml's [swap])")
     ap.add_argument("--swap-tests", choices=["adapter", "own-e2e"], default="adapter")
     ap.add_argument("--skip-swap", action="store_true")
     ap.add_argument("--skip-resolve", action="store_true")
-    ap.add_argument("--keep", action="store_true", help="keep each cell's virtualenv")
+    ap.add_argument("--cache", default=str(CACHE), help="where the cells' virtualenvs stay "
+                    "between runs, one a cell, reused while its lock is unchanged (default "
+                    "%(default)s; COMPAT_CACHE)")
+    ap.add_argument("--no-cache", action="store_true", help="build each cell's virtualenv "
+                    "afresh under COMPAT_DIR and delete it after its checks")
     args = ap.parse_args()
+    cache = None if args.no_cache else Path(args.cache)
     spec = tomllib.loads((REPO / "compat" / "cells.toml").read_text())
     cells = [c for c in spec["cell"] if args.only is None or c["name"] in args.only.split(",")]
     for cell in cells:  # a misspelt group would otherwise run in the workers, unsaid
@@ -299,6 +449,10 @@ def main() -> int:
     extras = spec["extras"]
     ns = loopback_only()
     WORK.mkdir(parents=True, exist_ok=True)
+    if cache is not None:  # a second run on this machine waits: it would reinstall the
+        (cache / "venvs").mkdir(parents=True, exist_ok=True)  # wheel under this one's tests
+        lock = open(cache / "lock", "w")
+        fcntl.flock(lock, fcntl.LOCK_EX)
     t_all = time.monotonic()
     rows = []
 
@@ -319,12 +473,15 @@ def main() -> int:
     swap_tests = SWAP_OWN_E2E if args.swap_tests == "own-e2e" else ADAPTER
 
     with concurrent.futures.ThreadPoolExecutor(1) as builder:
-        pending = builder.submit(build, cells[0], extras) if cells else None
+        pending = builder.submit(build, cells[0], extras, cache) if cells else None
         for i, cell in enumerate(cells):
             built = pending.result()
-            pending = builder.submit(build, cells[i + 1], extras) if i + 1 < len(cells) else None
+            pending = (builder.submit(build, cells[i + 1], extras, cache)
+                       if i + 1 < len(cells) else None)
             name = cell["name"]
-            log(f"{name}: virtualenv built in {built['build_s']:.0f} s "
+            how = "reused (its lock unchanged), the wheel reinstalled" if built["reused"] \
+                else "built"
+            log(f"{name}: virtualenv {how} in {built['build_s']:.0f} s "
                 f"{json.dumps(built['versions'])}")
             t0 = time.monotonic()
             if built["error"]:
@@ -335,7 +492,7 @@ def main() -> int:
                                      cell_env(), checks_for(name, args.checks),
                                      cell.get("serial", ()),
                                      beside=[pending, *swaps, *resolves])
-            if not args.keep:
+            if cache is None:  # several GB each (a PyPI torch is a CUDA build)
                 shutil.rmtree(built["venv"], ignore_errors=True)
             rows.append({"name": name, "versions": built["versions"] or
                          {"python": cell["python"]}, "build_s": built["build_s"],

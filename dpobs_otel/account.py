@@ -141,7 +141,7 @@ class Account:
         st = self._stats
         with st.lock:
             st.op(op).errors += 1
-            key = (op, error_type)
+            key = (op, st.error_type(error_type))
             st.errors[key] = st.errors.get(key, 0) + 1
 
     def failed_call(self, op, exc, t1, step) -> None:
@@ -156,8 +156,8 @@ class Account:
                 self._records[op](dt)
             except Exception as internal:
                 self._unbound_record(op, dt, internal)
-            key = (op, type(exc).__name__)
             st = self._stats
+            key = (op, st.error_type(type(exc).__name__))
             with st.lock:
                 s = st.op(op)
                 s.calls += 1

@@ -42,18 +42,17 @@ log = logging.getLogger("dpobs_otel.auto")
 
 
 def enabled(env=os.environ) -> bool:
-    return env.get("DPOBS_AUTO", "").strip().lower() in ("1", "true", "yes", "on")
+    """DPOBS_AUTO: a value that is not a boolean is said in one line and hooks nothing."""
+    from .config import environment_switch
+    return environment_switch("DPOBS_AUTO", env, bad_means=False,
+                              instead="nothing is hooked (the default)")
 
 
 def _switched_off() -> bool:
-    """The off switch, read before anything is hooked; a malformed value also hooks nothing
-    (dpobs.start() reports it where it can raise)."""
+    """The off switch, read before anything is hooked (a malformed value is said there and
+    hooks nothing)."""
     from .config import disabled
-    try:
-        return disabled()
-    except ValueError:
-        log.warning("dpobs: DPOBS_AUTO ignored: malformed off switch", exc_info=True)
-        return True
+    return disabled()
 
 
 def _instrument(module) -> None:

@@ -1,5 +1,6 @@
 """The `dpobs` command. Each subcommand lives in its own module and is imported lazily,
-so `dpobs dashboards` does not pay for torch and `dpobs demo` does not need grafana."""
+so `dpobs dashboards` does not pay for torch and `dpobs demo` does not need grafana; the
+demo's and compare's modules hold only their flags, so their --help imports no torch."""
 from __future__ import annotations
 
 import argparse
@@ -8,8 +9,8 @@ import sys
 
 # subcommand -> (module, one-line help). Each module has add_arguments(parser) and run(args).
 COMMANDS = {
-    "demo": ("dpobs_otel.demo.report", "run the GRPO-shaped demo workload (--backend memory|...)"),
-    "compare": ("dpobs_otel.demo.compare", "the demo on each data plane, one table side by side"),
+    "demo": ("dpobs_otel.demo.command", "run the GRPO-shaped demo workload (--backend memory|...)"),
+    "compare": ("dpobs_otel.demo.compare_command", "the demo on each data plane, one table side by side"),
     "mixin": ("dpobs_otel.mixin.tree", "write every operator artifact (rules, configs, dashboards)"),
     "dashboards": ("dpobs_otel.mixin.grafana", "write the Grafana dashboards as JSON"),
     "kubernetes": ("dpobs_otel.mixin.kubernetes", "write the Kubernetes manifests"),
@@ -18,6 +19,8 @@ COMMANDS = {
     "timeline": ("dpobs_otel.tracing.command",
                  "traced processes' spans as a Perfetto timeline (JSON) and a PNG"),
     "report": ("dpobs_otel.report.command", "one PNG page of the overview's answers"),
+    "doctor": ("dpobs_otel.doctor.command",
+               "check the chain from a job's processes to its alerts, one line per link"),
 }
 
 
@@ -37,7 +40,9 @@ def main(argv: list[str] | None = None) -> int:
             mod = importlib.import_module(module)
             mod.add_arguments(sub)
             sub.set_defaults(_run=mod.run)
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # a mistyped flag: the command's own usage, not the list of commands
+        subs.choices[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     return int(args._run(args) or 0)
 
 

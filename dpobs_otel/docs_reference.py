@@ -47,16 +47,62 @@ def metrics_page() -> str:
             + _table(("instrument", "kind", "unit", "series", "description"), rows))
 
 
+def _other_variables() -> list[tuple[str, str, str, str]]:
+    """(variable, default, what it does, a bad value) of every variable dpobs reads beside
+    start()'s settings, each name taken from the code that reads it."""
+    from .config import BOOLEANS, OFF_SWITCHES, RANK_FALLBACKS
+    from .testing.processes import PORTS_ENV
+    from .tracing.otlp import ENDPOINT_VARS, PROTOCOL_VARS
+    off = "not a boolean: one line, dpobs stays off (the program runs unmeasured)"
+    rows = [("DPOBS_AUTO", "unset (off)", "`1`: the start-up hook (dpobs-otel-auto.pth) "
+             "measures TransferQueue, Mooncake's store, verl and Ray in every Python process "
+             "the environment reaches, no code change (docs/start/use.md)",
+             "not a boolean: one line, nothing is hooked")]
+    rows += [(v, "unset (on)", f"`1` / `true`: dpobs off, nothing measured, served or "
+              f"written ({BOOLEANS})", off) for v in OFF_SWITCHES]
+    rows += [("DPOBS_DEBUG", "unset (off)", "`1`: the one-line messages about bad settings "
+              "carry their traceback", "not a boolean: one line, no tracebacks"),
+             ("OTEL_SERVICE_NAME", "unset", "`job` when DPOBS_JOB is unset",
+              "empty: one line, the default job"),
+             ("OTEL_RESOURCE_ATTRIBUTES", "unset", "more attributes of the process's "
+              "resource (the `target_info` series), read by the OpenTelemetry SDK",
+              "the SDK's own warning")]
+    rows += [(v, "unset", "`rank` when DPOBS_RANK is unset (torchrun's, then srun's)",
+              "not an integer or below 0: one line, the default rank") for v in RANK_FALLBACKS]
+    rows += [("OTEL_TRACES_EXPORTER", "unset", "with DPOBS_TRACE=1: `otlp` sends the spans "
+              "to an OTLP receiver too", "any list without `otlp`: no export")]
+    rows += [(v, "unset", "with DPOBS_TRACE=1: the OTLP receiver (set alone, it turns the "
+              "export on)", "the exporter's own retries") for v in ENDPOINT_VARS]
+    rows += [(v, "`http/protobuf`", "with DPOBS_TRACE=1: the OTLP protocol (`http/protobuf` "
+              "or `grpc`)", "unknown, or its package missing: one line, spans stay at "
+              "/trace, none exported") for v in PROTOCOL_VARS]
+    rows += [("DPOBS_GUARD_TRITON", "unset", "`0`: the guard never uses its Triton kernel "
+              "(the torch path instead)", "anything but `0`: the default"),
+             (PORTS_ENV, "unset", "test harness only: LOW-HIGH, the ports free_port() and a "
+              "test Ray cluster's workers use", "ValueError naming it (the test run stops)")]
+    return [(f"`{v}`", default, does, bad) for v, default, does, bad in rows]
+
+
 def settings_page() -> str:
-    from .config import Settings
-    rows = [(f"`{f.name}`", f"`DPOBS_{f.name.upper()}`", f"`{f.type}`", f"`{f.default!r}`")
-            for f in dataclasses.fields(Settings)]
-    return (HEADER.format(source="dpobs_otel/config.py (Settings)")
-            + "# Settings\n\nEvery argument of `dpobs.start()` and the environment variable "
-            "it falls back to; an explicit argument wins. `job` also falls back to "
-            "`OTEL_SERVICE_NAME`, `rank` to `RANK` (torchrun), then `SLURM_PROCID` (srun). "
-            "`OTEL_SDK_DISABLED=true` or `DPOBS_DISABLED=1` turns everything off.\n\n"
-            + _table(("argument", "environment variable", "type", "default"), rows))
+    from .config import DOCS, Settings, on_bad_value
+    rows = [(f"`{f.name}`", f"`DPOBS_{f.name.upper()}`", f"`{f.type}`", f"`{f.default!r}`",
+             DOCS[f.name], on_bad_value(f.name)) for f in dataclasses.fields(Settings)]
+    return (HEADER.format(source="dpobs_otel/config.py (Settings, DOCS) and the modules "
+                          "that read each variable")
+            + "# Settings\n\nEvery variable dpobs reads. An argument of `dpobs.start()` "
+            "wins over its environment variable, which wins over the default. A wrong "
+            "argument in code raises `ValueError`, one line naming it. A variable never "
+            "raises and never stops the program, however dpobs was started (`dpobs.start()`, "
+            "`DPOBS_AUTO=1`, `opentelemetry-instrument`): one line on stderr names it, its "
+            "value and what dpobs does instead; running unmeasured, `start()` returns a "
+            "Telemetry that measures nothing (`instrument()` hands the client back). A "
+            "traceback only with `DPOBS_DEBUG=1`.\n\n## `dpobs.start()`'s settings\n\n"
+            + _table(("argument", "environment variable", "type", "default", "what it does",
+                      "a bad value"), rows)
+            + "\n## Other variables\n\nThe OpenTelemetry SDK reads its own `OTEL_*` "
+            "variables too, and says itself what it does with a bad one.\n\n"
+            + _table(("environment variable", "default", "what it does", "a bad value"),
+                     _other_variables()))
 
 
 def _promql(expr: str) -> str:

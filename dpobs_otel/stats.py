@@ -9,6 +9,8 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
+from .labels import ERROR_TYPE_LIMIT, Bounded
+
 
 class OpStats:
     __slots__ = ("calls", "seconds", "errors", "read_bytes", "write_bytes", "keys", "missing",
@@ -30,6 +32,8 @@ class Stats:
     lock: threading.Lock = field(default_factory=threading.Lock)
     ops: dict[str, OpStats] = field(default_factory=dict)
     errors: dict[tuple[str, str], int] = field(default_factory=dict)
+    # error_type's bound (labels.py): the core's ops and the accounts beside them share it
+    error_type: Bounded = field(default_factory=lambda: Bounded(ERROR_TYPE_LIMIT))
     instr_seconds: dict[str, float] = field(default_factory=dict)
     instr_errors: dict[str, int] = field(default_factory=dict)
     codec_seconds: dict[str, float] = field(default_factory=dict)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 from time import perf_counter
@@ -9,10 +10,11 @@ from time import perf_counter
 from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, MeterProvider
 from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
 from opentelemetry.sdk.resources import Resource
-from . import instruments, names, observed
-from .config import Settings, disabled
+from . import instruments, labels, names, observed
+from .config import TLS, Settings, Unmeasured, debugging, disabled, say
 from .critical import CriticalPath, Exposure
 from .exposed import exposed_iterable
+from .exporters.http import PortInUseError
 from .facade import DisabledTelemetry, TelemetryInterface
 from .shims.otel_histogram import OpRecords
 from .shims.otel_sdk import degradations, op_duration_aggregation
@@ -43,7 +45,7 @@ def _views() -> list[View]:
 class Telemetry(TelemetryInterface):
     enabled = True
 
-    def __init__(self, settings: Settings, exporters=None):
+    def __init__(self, settings: Settings, exporters=None, sources=None):
         self.settings = s = settings
         self.stats = Stats()
         self.critical = CriticalPath()
@@ -57,12 +59,16 @@ class Telemetry(TelemetryInterface):
                                        views=_views(), resource=resource,
                                        exemplar_filter=AlwaysOffExemplarFilter())
         self.meter = meter = self._provider.get_meter("dpobs_otel", __version__)
+        for e in self.exporters:  # the SDK's cardinality limit, never met silently
+            watch = getattr(e.reader, "watch", None)
+            if watch is not None:
+                watch(self._collected)
         self._create_instruments(meter)
         if degradations():  # otel_sdk logged each; counted in this process's registry
             self.stats.instr_errors[names.OTEL_SDK_COMPONENT] = len(degradations())
         for e in self.exporters:  # what an exporter could not do at start (file_sd), counted
             for component, exc in getattr(e, "startup_errors", ()):
-                self.internal_error(component, exc)
+                self._startup_error(component, exc, sources or {})
         self.guard = None
         if s.verify_tensor_hash:
             from .guard import WireGuard  # off by default: no digest code runs without it
@@ -223,6 +229,18 @@ class Telemetry(TelemetryInterface):
             self.internal_error("cluster", exc)
             return [], []
 
+    def _startup_error(self, component: str, exc: BaseException, sources) -> None:
+        """Counted like any internal error; a file_sd directory that cannot be written is
+        the setting's fault, said in one line naming it (no traceback unless DPOBS_DEBUG)."""
+        if component != names.COMPONENT_FILE_SD:
+            return self.internal_error(component, exc)
+        _LOGGED.add((os.getpid(), component))  # said here, in the setting's words
+        self.internal_error(component, exc)
+        where = sources.get("sd_dir", "sd_dir")
+        say(f"dpobs: {where}={self.settings.sd_dir!r} cannot be written ({_brief(exc)}); "
+            f"no file_sd target, so Prometheus must find {self.endpoint} another way "
+            f"(counted in {names.INSTR_ERRORS_SERIES})", exc)
+
     def internal_error(self, component: str, exc: BaseException) -> None:
         """Count and log (once per component) an error of dpobs itself; never raises."""
         try:
@@ -237,6 +255,30 @@ class Telemetry(TelemetryInterface):
                             exc_info=exc)
         except Exception:  # pragma: no cover - the last line of defence
             pass
+
+    def _collected(self, metrics_data) -> None:
+        """After a reader's collection: each instrument whose label sets reached the SDK's
+        cardinality limit (its overflow point present) counts once more under component
+        overflow, at every collection that has it, so the count keeps rising while series are
+        folded; logged once per process. Never raises into the scrape."""
+        try:
+            folded = labels.overflowed(metrics_data)
+            if not folded:
+                return
+            with self.stats.lock:
+                ie = self.stats.instr_errors
+                ie[names.COMPONENT_OVERFLOW] = ie.get(names.COMPONENT_OVERFLOW, 0) + len(folded)
+            key = (os.getpid(), names.COMPONENT_OVERFLOW)
+            if key not in _LOGGED:
+                _LOGGED.add(key)
+                log.warning("dpobs: %s reached the OpenTelemetry SDK's cardinality limit: label "
+                            "sets past it are folded into one otel_metric_overflow=\"true\" "
+                            "series, and queries over them undercount; counted in %s{component="
+                            "\"%s\"} (logged once; docs/development/scaling.md)",
+                            ", ".join(sorted(folded)), names.INSTR_ERRORS_SERIES,
+                            names.COMPONENT_OVERFLOW)
+        except Exception as exc:
+            self.internal_error(names.COMPONENT_EXPORT, exc)
 
     def shutdown(self) -> None:
         if self._closed:
@@ -261,8 +303,10 @@ def start(role: str | None = None, rank: int | None = None, *, job: str | None =
     """Start dpobs in this process and return its Telemetry.
 
     Every argument left None comes from its DPOBS_<NAME> environment variable, then the
-    default (README, "Settings"); rank falls back to RANK (torchrun), then SLURM_PROCID.
-    Explicit arguments are validated like environment values. advertise_host: the host in
+    default (docs/reference/settings.md); rank falls back to RANK (torchrun), then
+    SLURM_PROCID. A wrong argument raises ValueError naming it; a wrong variable never
+    raises: one line on stderr names it and what dpobs does instead (its default, a free
+    port, or running unmeasured: then the result measures nothing, like the off switch's). advertise_host: the host in
     file_sd when host is a wildcard. tls_*: serve /metrics over TLS, mutual with
     tls_client_cafile. reconcile_rows: rows put between occupancy reconciliations. row_age:
     rows carry their write time, reads observe their age (rowage.py). trace: spans of ops,
@@ -274,13 +318,45 @@ def start(role: str | None = None, rank: int | None = None, *, job: str | None =
     transports whose processes share no control store (docs/guides/weights.md). exporters: in
     place of the Prometheus exporter (dpobs_otel.exporters). OTEL_SDK_DISABLED=true or
     DPOBS_DISABLED=1 turns dpobs off: the result instruments nothing and serves nothing."""
+    debugging()  # read first: a malformed DPOBS_DEBUG is said even when all else is well
     if disabled():
         return DisabledTelemetry()
-    settings = Settings.resolve(
-        role=role, rank=rank, job=job, host=host, port=port, sd_dir=sd_dir,
-        verify_tensor_hash=verify_tensor_hash, advertise_host=advertise_host,
-        tls_certfile=tls_certfile, tls_keyfile=tls_keyfile,
-        tls_client_cafile=tls_client_cafile, reconcile_rows=reconcile_rows, row_age=row_age,
-        trace=trace, trace_ring=trace_ring, trace_every=trace_every, node=node,
-        tq_metrics=tq_metrics, weights_in_band=weights_in_band)
-    return Telemetry(settings, exporters)
+    try:
+        settings, sources = Settings.resolve_sourced(
+            role=role, rank=rank, job=job, host=host, port=port, sd_dir=sd_dir,
+            verify_tensor_hash=verify_tensor_hash, advertise_host=advertise_host,
+            tls_certfile=tls_certfile, tls_keyfile=tls_keyfile,
+            tls_client_cafile=tls_client_cafile, reconcile_rows=reconcile_rows,
+            row_age=row_age, trace=trace, trace_ring=trace_ring, trace_every=trace_every,
+            node=node, tq_metrics=tq_metrics, weights_in_band=weights_in_band)
+        return _serving(settings, sources, exporters)
+    except Unmeasured as exc:
+        say(str(exc), exc)
+        return DisabledTelemetry()
+
+
+def _serving(settings: Settings, sources: dict[str, str], exporters) -> "Telemetry":
+    """Telemetry(settings), or what the environment's settings leave possible: a port in use
+    that DPOBS_PORT named gives way to any free port; a bind or TLS setting from the
+    environment that fails leaves the process unmeasured (Unmeasured). An argument in code
+    that fails raises as it is."""
+    try:
+        return Telemetry(settings, exporters, sources)
+    except PortInUseError as exc:
+        if "port" not in sources:
+            raise
+        say(f"dpobs: {sources['port']}={settings.port} is already in use; serving on any "
+            "free port instead", exc)
+        return Telemetry(dataclasses.replace(settings, port=0), exporters, sources)
+    except OSError as exc:  # ssl.SSLError is one: a certificate or key that does not load
+        named = [f"{sources[n]}={os.environ.get(sources[n])!r}" for n in ("host", *TLS)
+                 if n in sources]
+        if not named:
+            raise
+        raise Unmeasured(f"dpobs: cannot serve /metrics with {', '.join(named)} "
+                         f"({_brief(exc)}); dpobs runs unmeasured") from exc
+
+
+def _brief(exc: BaseException) -> str:
+    """An exception in a few words, for a line that names the setting."""
+    return " ".join(f"{type(exc).__name__}: {exc}".split())[:160]

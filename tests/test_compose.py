@@ -153,7 +153,7 @@ def test_demo_targets_are_reachable(compose):
     advertised = flag(demo, "advertise-host")
     assert service(compose, advertised) is demo, f"{advertised} does not resolve to demo"
     parser = argparse.ArgumentParser()
-    importlib.import_module("dpobs_otel.demo.report").add_arguments(parser)
+    importlib.import_module("dpobs_otel.demo.command").add_arguments(parser)
     parser.parse_args(demo["command"][1:])  # exits (SystemExit) on an unknown flag
 
 

@@ -39,3 +39,29 @@ def test_every_instrument_alert_and_command_is_on_its_page():
     assert all(f"### {a}" in pages["alerts.md"] for a in vars(names).values()
                if isinstance(a, str) and a.startswith("Dpobs") and a[5:6].isupper())
     assert all(f"## dpobs {c}" in pages["cli.md"] for c in COMMANDS)
+
+
+# Names of the form DPOBS_X / OTEL_X in the package that are no variable it reads.
+NOT_VARIABLES = {"OTEL_SDK_COMPONENT",  # names.py: the OTel SDK's component label value
+                 "OTEL_EXPORTER_OTLP"}  # the prefix of the OTLP variables, in prose
+
+
+def test_every_variable_the_package_reads_has_a_row_on_the_settings_page():
+    """Each DPOBS_* or OTEL_* name spelled anywhere in the package, DPOBS_AUTO and the
+    fallbacks (RANK, SLURM_PROCID) included, is a row: its name, default, what it does and
+    what a bad value does."""
+    import re
+
+    from dpobs_otel.config import RANK_FALLBACKS
+    package = Path(docs_reference.__file__).parent
+    spelled = {m for f in package.rglob("*.py")
+               for m in re.findall(r"\b(?:DPOBS|OTEL)_[A-Z0-9_]*[A-Z0-9]\b", f.read_text())}
+    rows = {line.split("|")[1].strip().strip("`") for line in
+            docs_reference.settings_page().splitlines() if line.startswith("| `")}
+    rows |= {line.split("|")[2].strip().strip("`") for line in
+             docs_reference.settings_page().splitlines() if line.startswith("| `")}
+    missing = (spelled - NOT_VARIABLES | set(RANK_FALLBACKS)) - rows
+    assert not missing, f"variables without a row on docs/reference/settings.md: {missing}"
+    for line in docs_reference.settings_page().splitlines():
+        if line.startswith("| `"):  # name(s), type/default, what it does, a bad value: filled
+            assert all(cell.strip() for cell in line.strip("|").split("|")), line

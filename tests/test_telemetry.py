@@ -62,9 +62,8 @@ def test_environment_fills_unset_arguments(tmp_path, monkeypatch):
         assert ("deployment_environment", "ci") in info and ("service_name", "from-otel") in info
     finally:
         tel.shutdown()
-    monkeypatch.setenv("DPOBS_RANK", "five")
-    with pytest.raises(ValueError, match="DPOBS_RANK"):
-        dpobs.start()
+    monkeypatch.setenv("DPOBS_RANK", "five")  # said in one line (tests/test_settings.py)
+    assert dpobs.Settings.resolve().rank == 0
 
 
 def test_explicit_argument_beats_environment(monkeypatch):
@@ -182,14 +181,15 @@ def test_start_lists_every_setting_and_hides_none():
     assert {f.name for f in dataclasses.fields(dpobs.Settings)} <= set(params)
 
 
-@pytest.mark.parametrize("bad,err", [({"port": "9000"}, TypeError), ({"rank": -1}, ValueError),
-                                     ({"rank": True}, TypeError), ({"role": ""}, ValueError),
-                                     ({"verify_tensor_hash": "yes"}, TypeError),
-                                     ({"reconcile_rows": 0}, ValueError)])
-def test_explicit_arguments_are_validated_like_the_environment(bad, err, monkeypatch):
+@pytest.mark.parametrize("bad", [{"port": "9000"}, {"rank": -1}, {"rank": True}, {"role": ""},
+                                 {"verify_tensor_hash": "yes"}, {"reconcile_rows": 0},
+                                 {"port": 99999}, {"tls_certfile": "/c.pem"}])
+def test_a_wrong_argument_in_code_is_a_one_line_value_error(bad, monkeypatch):
     monkeypatch.delenv("DPOBS_RANK", raising=False)
-    with pytest.raises(err):
+    with pytest.raises(ValueError) as caught:
         dpobs.start(**bad)
+    line = str(caught.value)
+    assert "\n" not in line and next(iter(bad)) in line
 
 
 @pytest.mark.parametrize("env,rank", [({"RANK": "3"}, 3), ({"SLURM_PROCID": "5"}, 5),
@@ -214,9 +214,8 @@ def test_off_switch_hands_back_the_inner_client(var, monkeypatch):
         inner.put_samples(["a"], "p", TensorDict({"x": torch.ones(1)}, batch_size=[1]))
     assert tel.step_metrics() == {} and tel.cluster_step_metrics("/tmp") == {}
     tel.shutdown()
-    monkeypatch.setenv(var, "maybe")
-    with pytest.raises(ValueError, match=var):
-        dpobs.start()
+    monkeypatch.setenv(var, "maybe")  # a malformed off switch is said and counts as off
+    assert dpobs.start().enabled is False
 
 
 def test_public_names_are_listed_for_tools():

@@ -24,7 +24,6 @@ exporter on (`dpobs demo --backend transferqueue --store-metrics` does).
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 
@@ -32,12 +31,12 @@ from ..names import (INSTANCE_FRAC_OF_STEP, INSTR_TIME_SERIES, JOB_BUSY_FRAC_OF_
                      JOB_EXPOSED_FRAC_OF_STEP, JOB_FRAC_OF_STEP, JOB_MAX_EXPOSED_FRAC_OF_STEP,
                      JOB_OP_MEAN, JOB_OP_NATIVE_QUANTILE, JOB_OP_QUANTILE, JOB_OP_SHARE,
                      JOB_OVERHEAD_RATIO, OP_DURATION_SERIES, TRANSFERRED_SERIES)
-from .backends import BACKENDS, available
+from .backends import BACKENDS, BackendUnavailable, available, start_failure
 from .batches import Config
 from .logs import BackendLog, log_dir
 from .progress import Progress
 from .critical import fractions
-from .report import frac_of_step, merge, op_shares, quantile, session
+from .report import STACK_PACKAGES, frac_of_step, merge, op_shares, quantile, session
 from ..testing.stack import Stack, StackError, binaries
 from ..top import store
 
@@ -46,22 +45,6 @@ SETTLE = 31  # samples every op series has before the rules are read
 # --verify-tensor-hash runs every backend with the guard on, and it has none on Ray's plane.
 VERIFY_RAY = "--verify-tensor-hash: the guard does not ride Ray's object store"
 ROWS = ("calls", "mean ms", "p50 ms", "p99 ms", "bytes/call", "share")
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--backends", default=",".join(BACKENDS),
-                   help="comma-separated, of " + ", ".join(BACKENDS) + " (default: every one "
-                        "this machine has)")
-    p.add_argument("--steps", type=int, default=60, help="measured steps per backend")
-    p.add_argument("--trainers", type=int, default=2)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--store-latency-ms", type=float, default=0.0,
-                   help="service time the memory store adds (default 0: its own speed)")
-    p.add_argument("--verify-tensor-hash", action="store_true",
-                   help="run every backend with the wire guard on")
-    p.add_argument("--log-dir", default=None, metavar="DIR",
-                   help="where each backend's own logs go, a file per backend (default: a "
-                        "new folder under the temp dir)")
 
 
 def _backends(spec: str, verify: bool = False) -> list[str]:
@@ -285,17 +268,37 @@ def collect(args) -> dict[str, dict]:
         raise SystemExit("dpobs compare: no backend can run here")
     missing = [n for n, p in binaries().items() if p is None]
     if missing:
-        raise SystemExit(f"dpobs compare: needs {', '.join(missing)} on PATH (Debian packages "
-                         "prometheus, prometheus-alertmanager)")
-    results, logs = {}, log_dir(args.log_dir)
+        raise SystemExit(f"dpobs compare: needs {', '.join(missing)} on PATH (apt install "
+                         f"{STACK_PACKAGES})")
+    logs = log_dir(args.log_dir)
     with Stack(interval=INTERVAL) as stack:
         print(f"Prometheus {stack.prometheus}", file=sys.stderr)
-        for name in names:
+
+        def one(name: str) -> dict:
             cfg = Config(steps=args.steps, trainers=args.trainers, batch_size=args.batch_size,
                          latency_s=args.store_latency_ms / 1e3, verify=args.verify_tensor_hash,
                          sd_dir=stack.sd_dir, backend=name, job=f"dpobs-{name}")
             with BackendLog(logs, name) as log:
-                results[name] = measure(stack, cfg, log.err)
+                return measure(stack, cfg, log.err)
+
+        results = measure_each(names, one)
+    if not results:
+        raise SystemExit("dpobs compare: no backend ran; the lines above say why")
+    return results
+
+
+def measure_each(names: list[str], one) -> dict[str, dict]:
+    """one(name) for each backend; one that cannot start, or fails, costs one line and the
+    others still make the table (their results are not thrown away)."""
+    results = {}
+    for name in names:
+        try:
+            results[name] = one(name)
+        except BackendUnavailable as exc:
+            print(f"dpobs compare: skipping {name}: {exc}", file=sys.stderr)
+        except Exception as exc:  # its log's tail is printed (logs.BackendLog)
+            print(f"dpobs compare: {name} failed ({start_failure(exc)}); the table shows the "
+                  "rest", file=sys.stderr)
     return results
 
 

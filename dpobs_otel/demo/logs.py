@@ -13,6 +13,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from .backends import BackendUnavailable
+
 TAIL_LINES = 40
 
 
@@ -60,7 +62,9 @@ class BackendLog:
         for fd, saved in zip((1, 2), self._saved):
             os.dup2(saved, fd)
             os.close(saved)
-        if exc_type is not None and not issubclass(exc_type, KeyboardInterrupt):
+        # a backend that could not start said why in one line (backends.BackendUnavailable)
+        if exc_type is not None and not issubclass(exc_type, (KeyboardInterrupt,
+                                                               BackendUnavailable)):
             print(f"{self.name} failed; the last lines of {self.path}:\n"
                   f"{tail(self.path)}", file=self.err)
         for stream in (self.out, self.err):

@@ -6,10 +6,11 @@ from __future__ import annotations
 from .. import names as nm
 from ..readback import verdict as v
 from ..readback.buckets import quantile  # histogram_quantile over cumulative buckets
+from .flags import at_least
 
 
 def add_queue_arguments(p) -> None:
-    p.add_argument("--async", type=int, default=0, metavar="K", dest="async_k",
+    p.add_argument("--async", type=at_least(0), default=0, metavar="K", dest="async_k",
                    help="no barrier between the rollout and the trainers: the rollout runs up "
                         "to K steps ahead, trainers wait for their rows inside tel.waiting()")
     p.add_argument("--row-age", action="store_true",

@@ -10,6 +10,7 @@ per role. Both count every step, the warm-up included (counters hold it).
 from __future__ import annotations
 
 from .. import names as nm
+from .flags import at_least
 
 MB = 1e6
 # The flags that need the data-plane protocol's store (its puts, gets, rows): Ray's object
@@ -26,15 +27,13 @@ UNSUPPORTED = {
 
 
 def add_ray_arguments(p) -> None:
-    p.add_argument("--nodes", type=int, default=1, metavar="N",
+    p.add_argument("--nodes", type=at_least(1), default=1, metavar="N",
                    help="--backend ray: a Ray cluster of N nodes on this machine, each its own "
                         "raylet and object store on 127.0.0.1 (default 1)")
 
 
 def ray_config(args) -> dict:
     nodes = getattr(args, "nodes", 1)
-    if nodes < 1:
-        raise SystemExit("dpobs demo: --nodes must be at least 1")
     if nodes > 1 and args.backend != "ray":
         raise SystemExit("dpobs demo: --nodes needs --backend ray (the other planes run on "
                          "one machine's processes, not a Ray cluster)")

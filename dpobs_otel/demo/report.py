@@ -3,7 +3,6 @@ scraped by a private Prometheus with the deploy/ rules and alerting through Aler
 (testing/stack.py); at the end, the workload's own truth beside what the metrics say."""
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import signal
@@ -20,63 +19,20 @@ from ..readback.buckets import quantile as bucket_quantile  # histogram_quantile
 from ..readback.cluster import ClusterView, text as cluster_text
 from .logs import BackendLog, log_dir
 from ..report.command import demo_png
-from ..tracing.command import add_trace_flag, demo_outputs
+from ..tracing.command import demo_outputs
 from .progress import Progress
 from ..testing.stack import Stack, binaries
-from .backends import BACKENDS, available
+from .backends import BackendUnavailable, available
 from .batches import Config
 from .critical import critical_path_lines
-from .queue import add_queue_arguments, check_queue, queue_lines
+from .queue import check_queue, queue_lines
 from .truth import dp_seconds, frac_of_step, merge, op_shares, quantile  # noqa: F401 (API)
 from . import ray_report, store_report
 from .ray_plane import RayWorkload
-from .weightsync_report import add_weight_arguments, stack_mixin, weight_config, weight_lines
+from .weightsync_report import stack_mixin, weight_config, weight_lines
 from .workload import Workload
 
 MB = 1e6
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--backend", choices=BACKENDS, default="memory", help="the data plane "
-                   "the workload runs on (default memory: the embedded store)")
-    p.add_argument("--job", help="Prometheus job label (default: DPOBS_JOB, else dpobs)")
-    p.add_argument("--steps", type=int, default=200, help="measured steps (default 200)")
-    p.add_argument("--trainers", type=int, default=2, help="trainer processes (default 2)")
-    p.add_argument("--batch-size", type=int, default=64, help="rows per step (default 64)")
-    p.add_argument("--min-len", type=int, default=64, help="shortest sequence (tokens)")
-    p.add_argument("--max-len", type=int, default=512, help="longest sequence (tokens)")
-    p.add_argument("--store-latency-ms", type=float, default=5.0,
-                   help="service time the memory store adds to every call (default 5)")
-    p.add_argument("--verify-tensor-hash", action="store_true",
-                   help="turn on the wire guard (dpobs.start(verify_tensor_hash=True))")
-    p.add_argument("--corrupt-at-step", type=int, default=None, metavar="N",
-                   help="an uninstrumented writer rewrites one row at measured step N")
-    p.add_argument("--prefetch", action="store_true",
-                   help="the rollout runs one step ahead and each trainer reads its next shard "
-                        "on a thread while it trains (exposed time falls below busy time)")
-    p.add_argument("--rollout-ms", type=float, default=0.0, metavar="MS",
-                   help="compute per step of the rollout, before its put (default 0)")
-    p.add_argument("--train-ms", type=float, default=0.0, metavar="MS",
-                   help="compute per step of each trainer, after its reads (default 0)")
-    add_queue_arguments(p)
-    add_weight_arguments(p)
-    store_report.add_store_arguments(p)
-    ray_report.add_ray_arguments(p)
-    p.add_argument("--duration", type=float, default=None, metavar="SECONDS",
-                   help="run this long instead of --steps; 0 = until stopped")
-    p.add_argument("--stack", choices=("auto", "off"), default="auto",
-                   help="auto: start Prometheus and Alertmanager when on PATH (default)")
-    p.add_argument("--sd-dir", default=None, help="directory for the file_sd target files")
-    p.add_argument("--cluster-log", default=None, metavar="FILE",
-                   help="append every step's cluster dict (tel.cluster_step_metrics) to FILE "
-                        "as JSON lines (needs a file_sd directory: --sd-dir or the stack)")
-    p.add_argument("--host", default="127.0.0.1", help="bind the /metrics endpoints here")
-    p.add_argument("--advertise-host", default=None, metavar="NAME",
-                   help="host name written into file_sd (when --host is a wildcard)")
-    add_trace_flag(p)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--log-dir", default=None, metavar="DIR", help="where the backend's own "
-                   "logs (and --trace's files) go (default: a new folder under the temp dir)")
 
 
 def config(args) -> Config:
@@ -91,7 +47,7 @@ def config(args) -> Config:
         ray_report.refuse(args)
     missing = available(args.backend)
     if missing:
-        raise SystemExit(f"dpobs demo: --backend {args.backend} needs: {missing}")
+        raise SystemExit(f"dpobs demo: --backend {args.backend} cannot run here: {missing}")
     return Config(steps=args.steps, trainers=args.trainers, batch_size=args.batch_size,
                   min_len=args.min_len, max_len=args.max_len, duration=args.duration,
                   latency_s=args.store_latency_ms / 1e3, verify=args.verify_tensor_hash,
@@ -322,6 +278,21 @@ def _alert(labels: dict) -> str:
 
 
 # -- the command ---------------------------------------------------------------------------
+# The Debian packages of the demo's stack (testing/stack.binaries finds their binaries).
+STACK_PACKAGES = "prometheus prometheus-alertmanager"
+NO_PICTURE = ("No picture: the demo ran without Prometheus and without --sd-dir; for one, "
+              f"apt install {STACK_PACKAGES} (the demo then starts them) or rerun with "
+              "--sd-dir DIR (the picture from the processes' own endpoints)")
+
+
+def picture(stack, cfg: Config, folder, out) -> None:
+    """The answers as a PNG in the run's folder, or the line that says how to get one."""
+    if stack is None and not cfg.sd_dir:
+        print(NO_PICTURE, file=out)
+        return
+    demo_png(stack and stack.prometheus, cfg.sd_dir, cfg.job, folder, out)
+
+
 def run(args) -> int:
     cfg = config(args)
     if cfg.corrupt_at is not None and not cfg.verify:
@@ -351,8 +322,8 @@ def run(args) -> int:
             if args.stack == "auto":
                 missing = [n for n, p in binaries().items() if p is None]
                 if missing:
-                    print(f"--stack auto: {', '.join(missing)} not on PATH; "
-                          "running without Prometheus", file=sys.stderr)
+                    print(f"--stack auto: {', '.join(missing)} not on PATH; running without "
+                          f"Prometheus (for it: apt install {STACK_PACKAGES})", file=sys.stderr)
                 else:
                     mixin = store_report.stack_mixin(cfg, stack_mixin(cfg))
                     stack = es.enter_context(Stack(sd_dir=args.sd_dir, mixin=mixin))
@@ -368,11 +339,13 @@ def run(args) -> int:
                 progress.finish()
                 print(report(res, stack, cfg), file=backend.out, flush=True)
                 demo_outputs(cfg, res.info, backend.path.parent, backend.out)
-                demo_png(stack and stack.prometheus, cfg.sd_dir, cfg.job, backend.path.parent,
-                         backend.out)
+                picture(stack, cfg, backend.path.parent, backend.out)
     except KeyboardInterrupt:
         print("\ninterrupted; everything started is stopped", file=sys.stderr)
         return 130
+    except BackendUnavailable as exc:
+        print(f"dpobs demo: --backend {cfg.backend} cannot start: {exc}", file=sys.stderr)
+        return 1
     finally:
         for s, h in old.items():
             signal.signal(s, h)

@@ -28,12 +28,13 @@ import torch
 
 from .gloo import Gloo, SENDER
 from .mooncake_te import MooncakeTE
+from .weightsync_report import TRANSPORTS as TRANSPORT_NAMES
 
 HIDDEN, KV, FFN, VOCAB, LAYERS = 768, 256, 2048, 4096, 4  # KV: 4 of 12 heads of 64
 LR = 2.0 ** -7
 CORRUPTED = "model.layers.1.mlp.down_proj.weight"  # the tensor --corrupt-weights-at flips
 SIGN = -(1 << 15)  # the sign bit of a bf16 word read as int16
-TRANSPORTS = {"gloo": Gloo, "mooncake": MooncakeTE}
+TRANSPORTS = dict(zip(TRANSPORT_NAMES, (Gloo, MooncakeTE)))
 # Transports whose two processes share no control store (no process group, no Ray): the
 # guard's fingerprints ride in the stream, as DPOBS_WEIGHTS_IN_BAND=1 would have them; over
 # gloo they travel beside it, through the group's store (docs/guides/weights.md)

@@ -12,28 +12,31 @@ import sys
 from .. import names as nm
 from ..mixin import DEFAULT as MIXIN
 from ..readback.weights import Side, WeightTotals
-from .weightsync import TRANSPORTS
+from .flags import at_least
 
 MB = 1e6
 # The demo's Prometheus holds DpobsWeightsStale this long, not the shipped 5m: a demo run
 # lasts minutes. A lockstep run is at most the version in flight behind (1, the knob), so
 # no hold is needed to keep a clean run quiet; this one still shows the alert pending first.
 STALE_FOR = "5s"
+# --weight-sync's transports (weightsync.py builds one of each; named here, where the
+# flag is, so that `dpobs demo --help` imports no torch)
+TRANSPORTS = ("gloo", "mooncake")
 
 
 def add_weight_arguments(p) -> None:
-    p.add_argument("--weight-sync", choices=sorted(TRANSPORTS), default=None,
+    p.add_argument("--weight-sync", choices=TRANSPORTS, default=None,
                    help="after each optimizer step trainer 0 pushes a small model's weights "
                         "(39 bf16 tensors, 63 MB) to the rollout over this transport: gloo "
                         "(torch.distributed between the demo's processes) or mooncake "
                         "(Mooncake's TransferEngine over TCP), measured on both sides "
                         "(tel.weights) and, with "
                         "--verify-tensor-hash, checked tensor by tensor")
-    p.add_argument("--corrupt-weights-at", type=int, default=None, metavar="N",
+    p.add_argument("--corrupt-weights-at", type=at_least(0), default=None, metavar="N",
                    help="at measured step N one weight element is flipped on the rollout's "
                         f"side in flight ({nm.ALERT_WEIGHTS_MISMATCH}, with "
                         "--verify-tensor-hash)")
-    p.add_argument("--skip-weight-sync-at", type=int, default=None, metavar="N",
+    p.add_argument("--skip-weight-sync-at", type=at_least(0), default=None, metavar="N",
                    help="from measured step N on, the rollout stops loading the weights the "
                         f"trainer still sends ({nm.ALERT_WEIGHTS_STALE} once it is more than "
                         f"{MIXIN.weights_stale_versions} version behind; the demo's Prometheus "

@@ -79,6 +79,7 @@ class NativeReader(PrometheusMetricReader):
         super().__init__(**kwargs)
         self._native_lock = threading.Lock()
         self._native: list[tuple[str, str, list]] = []  # (family, help, data points)
+        self.collected = None  # see watch()
 
     @classmethod
     def on(cls, registry) -> tuple["NativeReader", object]:
@@ -93,7 +94,20 @@ class NativeReader(PrometheusMetricReader):
                       for m in sm.metrics if _has_native(m)]
             with self._native_lock:
                 self._native = native
+            if self.collected is not None:
+                self.collected(metrics_data)
         super()._receive_metrics(metrics_data, timeout_millis, **kwargs)
+
+    def watch(self, collected) -> bool:
+        """collected(metrics_data) after each collection (the Telemetry's look for the SDK's
+        overflow points; it must not raise). Only through the exporter's private hook
+        (otel_sdk.OWNED): without it the overflow goes uncounted, logged and counted once as
+        a degradation. True when watched."""
+        if otel_sdk.owned("receive_metrics") is None:
+            otel_sdk.degrade("the cardinality overflow count", "no _receive_metrics hook")
+            return False
+        self.collected = collected
+        return True
 
     def native_families(self, wanted: list[str] | None = None) -> bytes:
         """The latest collection's native histograms as families (only those named in

@@ -8,7 +8,7 @@ import threading
 
 from opentelemetry.metrics import Observation
 
-from .. import instruments, names
+from .. import instruments, labels, names
 
 # kind -> (instrument name, the attribute its counts are keyed by)
 KINDS = {
@@ -25,10 +25,16 @@ class GuardCounts:
     def __init__(self):
         self.lock = threading.Lock()
         self._by_kind: dict[str, dict[str, int]] = {kind: {} for kind in KINDS}
+        # the user's values are bounded (labels.py); reasons are the guard's own closed set
+        field, error_type = labels.Bounded(labels.FIELD_LIMIT), labels.Bounded(
+            labels.ERROR_TYPE_LIMIT)
+        self._bound = {kind: {"field": field, "error_type": error_type}.get(attr, str)
+                       for kind, (_, attr) in KINDS.items()}
 
     def add(self, kind: str, key: str, n: int, also: tuple[str, int] | None = None) -> None:
         """counts[kind][key] += n (and counts[also[0]][key] += also[1], under the same lock:
         checked and mismatched move together, so no scrape sees one without the other)."""
+        key = self._bound[kind](key)
         with self.lock:
             d = self._by_kind[kind]
             d[key] = d.get(key, 0) + n

@@ -17,11 +17,12 @@ from .render import Group, Rule, rule_file
 from .render import alert as _alert
 from .rules import RECEIVE, SEND, counted
 
+OVERFLOW = n.COMPONENT_OVERFLOW
 PROC = "{{ $labels.role }} rank {{ $labels.rank }} ({{ $labels.instance }}, job {{ $labels.job }})"
 
 
-def _any_event(c: Config, metric: str, window: str) -> str:
-    s = c.sel(metric)
+def _any_event(c: Config, metric: str, window: str, *matchers: str) -> str:
+    s = c.sel(metric, *matchers)
     return f"(increase({s}[{window}]) > 0)\n  or\n({s} > 0 unless {s} offset {window})\n"
 
 
@@ -216,11 +217,22 @@ def _instrumentation(c: Config) -> list[Rule]:
                + ' }}{{ . | first | label "component" }}{{ end }}.',
                threshold=f">{c.overhead_info:g}"),
         _alert(c, n.ALERT_INSTRUMENTATION_ERRORS, "warning",
-               _any_event(c, n.INSTR_ERRORS_SERIES, "10m"),
+               _any_event(c, n.INSTR_ERRORS_SERIES, "10m", f'component!="{OVERFLOW}"'),
                c.instrumentation_errors_for,
                "The instrumentation swallowed errors; some metrics are missing or wrong.",
                "Component {{ $labels.component }} in " + PROC + " swallowed"
-               " {{ $value | humanize }} error(s) in the last 10m."),
+               " {{ $value | humanize }} error(s) in the last 10m.",
+               f"Not component {OVERFLOW}: no error of dpobs's code, it has an alert of its own."),
+        _alert(c, n.ALERT_CARDINALITY_OVERFLOW, "warning",
+               _any_event(c, n.INSTR_ERRORS_SERIES, "10m", f'component="{OVERFLOW}"'), None,
+               "A process folded label sets into the OpenTelemetry SDK's overflow series;"
+               " queries over its series undercount.",
+               "An instrument of " + PROC + " is past the SDK's cardinality limit (2000 label"
+               " sets per instrument by default): {{ $value | humanize }} collection(s) in the"
+               " last 10m folded label sets into one otel_metric_overflow=\"true\" series. Its"
+               " log names the instrument.",
+               "No `for:`: every collection of a folded instrument counts, so the count rises\n"
+               "as long as the process lives; a fold is data already lost."),
         _unmeasured(c),
     ]
 
@@ -291,11 +303,36 @@ def _weights(c: Config) -> list[Rule]:
     ]
 
 
+def _rule_evaluation(c: Config) -> Rule:
+    """Prometheus's own series of its rule groups (its self-scrape: the shipped configs have
+    one). vmalert and Mimir's ruler export other names; docs/runbook.md says what to use."""
+    groups = f'rule_group=~"{c.rule_groups}"'
+    slow = (f"prometheus_rule_group_last_duration_seconds{{{groups}}}\n"
+            f"  > {c.on('instance', 'job', 'rule_group')}\n"
+            f"prometheus_rule_group_interval_seconds{{{groups}}}\n")
+    missed = (f"increase(prometheus_rule_group_iterations_missed_total{{{groups}}}"
+              f"[{c.rule_evaluation_missed_window}]) > 0\n")
+    return _alert(
+        c, n.ALERT_RULE_EVALUATION_SLOW, "warning", f"(\n{slow})\n  or\n(\n{missed})\n",
+        c.rule_evaluation_slow_for,
+        "A dpobs rule group takes longer than its interval to evaluate, or skips evaluations;"
+        " its records and alerts come late or not at all.",
+        "Rule group {{ $labels.rule_group }} of {{ $labels.instance }} (job {{ $labels.job }})"
+        " took {{ $value | humanize }} (seconds of its last evaluation, or evaluations missed"
+        f" in the last {c.rule_evaluation_missed_window}) against its interval. Alerts that"
+        " read its records fire late, or miss short events.",
+        "A group of its own and light: Prometheus evaluates each group on its own schedule,\n"
+        "so this one keeps its interval while a heavy one falls behind. Slower than the\n"
+        "interval for `for:` (one slow evaluation is noise), or any evaluation skipped (the\n"
+        "table's >0: the missed count's; the duration is compared with the group's interval).")
+
+
 def alert_groups(c: Config) -> list[Group]:
     return [Group("dpobs-wire-guard", _guard(c)), Group("dpobs-data-plane", _data_plane(c)),
             Group("dpobs-targets", _targets(c) + [_agent_down(c), _agent_delivery(c)]),
             Group("dpobs-instrumentation", _instrumentation(c)),
-            Group("dpobs-weights", _weights(c)), Group("dpobs-ray", ray_alerts(c))]
+            Group("dpobs-weights", _weights(c)), Group("dpobs-ray", ray_alerts(c)),
+            Group("dpobs-monitoring", [_rule_evaluation(c)])]
 
 
 def _table(groups: list[Group]) -> str:

@@ -13,9 +13,13 @@ from dataclasses import dataclass, fields
 
 from .. import names as n
 
-# A placeholder, not a real site: point it where your copy of this repository's docs is
-# served (a GitHub blob URL renders docs/runbook.md with the heading anchors alerts link to).
-RUNBOOK_PLACEHOLDER = "https://github.com/example/dpobs-otel/blob/main"
+# The runbook page in these docs. Without the operator's runbook_base_url an alert's
+# runbook_url is the relative docs link docs/runbook.md#<alert>: a real path of the docs,
+# never a made-up site (the placeholder it replaces linked nowhere).
+RUNBOOK_PATH = "docs/runbook.md"
+# The stand-in base URL the shipped promtool tests are written with (mixin/promtool/*.yml,
+# package data, never written out as is): tree.promtool_tests swaps in the Config's links.
+PROMTOOL_RUNBOOK_BASE = "https://github.com/example/dpobs-otel/blob/main"
 
 
 @dataclass(frozen=True)
@@ -26,17 +30,19 @@ class Config:
     # A label that tells clusters apart on a shared central Prometheus (e.g. "cluster").
     # Empty: no such label. When set, every aggregation and every vector match keeps it.
     cluster_label: str = ""
-    # runbook_url = <runbook_base_url>/docs/runbook.md#<lowercased alert name>
-    runbook_base_url: str = RUNBOOK_PLACEHOLDER
+    # Where the operator serves these docs: runbook_url = <runbook_base_url>/docs/runbook.md#
+    # <lowercased alert name>. Empty (the default): the relative docs/runbook.md#<alert>.
+    runbook_base_url: str = ""
 
     # DpobsDataPlaneDominatesStep: the job's exposed fraction of step time (the time steps
     # were blocked on the data plane; op-seconds for a synchronous job) above these.
     frac_of_step_warning: float = 0.25
     frac_of_step_critical: float = 0.5
     frac_of_step_for: str = "15m"
-    # The ops that are data-plane time (frac_of_step, the per-op share, the straggler's mean
-    # latencies): not Ray's ops, whose ray_get blocks for the remote method's whole run
-    # (DESIGN.md, "Ray's object store as a data plane").
+    # The ops whose whole duration is data-plane time (frac_of_step, the per-op share, the
+    # straggler's mean latencies): not Ray's ops, whose ray_get blocks for the remote
+    # method's whole run; of those only their moving-data part counts, from
+    # dpobs_ray_data_seconds_total (DESIGN.md, "Moving data versus waiting (Ray)").
     data_plane_ops: str = 'op!~"ray_.*"'
     # Ray's ops, the rest (their own account: seconds and bytes per method, serialization).
     ray_ops: str = 'op=~"ray_.*"'
@@ -72,6 +78,12 @@ class Config:
     guard_failing_for: str = "5m"
     guard_blind_for: str = "15m"
     instrumentation_errors_for: str = "5m"
+    # DpobsRuleEvaluationSlow: a dpobs rule group (rule_group, "<file>;<group>", matching this
+    # regular expression: the mixin's rules files) whose last evaluation took longer than its
+    # interval, for this long, or that missed an evaluation within the window.
+    rule_groups: str = ".*dpobs-[^/;]*[.]rules[.]yml;.*"
+    rule_evaluation_slow_for: str = "10m"
+    rule_evaluation_missed_window: str = "10m"
     # DpobsWeightsStale: a receiver's weight version more than this many versions behind
     # the newest its job's senders completed, for this long. Async RL runs up to K versions
     # behind on purpose (set K); 1 lets a one-step-off-policy job, and the version in flight
@@ -100,6 +112,20 @@ class Config:
     ray_store_full_errors: str = "|".join(n.RAY_STORE_FULL_ERRORS)
     ray_store_full_frac: float = 0.95
     ray_store_full_for: str = "15m"
+    # DpobsRayHub: one process moves more than `share` of its job's Ray bytes (each byte
+    # between two processes once: ray_rules._hub_share), in a job of at least
+    # `min_processes` processes moving Ray bytes that moves at least `min_bytes` per second
+    # through Ray (a hub of a few kilobytes of refs is nobody's bottleneck), for this long.
+    ray_hub_share: float = 0.8
+    ray_hub_min_processes: int = 4
+    ray_hub_min_bytes: float = 1e7
+    ray_hub_for: str = "15m"
+    # DpobsRayTransferSlow: remote fetches into a Ray node run below `bandwidth` bytes per
+    # second of fetching while the node pulls at least `min_bytes` per second from other
+    # nodes (a few small pulls, whose fixed costs dominate, stay quiet), for this long.
+    ray_transfer_slow_bandwidth: float = 1e8
+    ray_transfer_slow_min_bytes: float = 1e7
+    ray_transfer_slow_for: str = "15m"
     # Who waits for whom (the overview's queue row, `dpobs top`, the demo's report; verdict
     # in readback/verdict.py): the roles that put rows and the roles that read them (regular
     # expressions over the role label), consumers waiting for rows (exposed time with no op
@@ -139,7 +165,12 @@ class Config:
         return f"{metric}{{{', '.join(parts)}}}" if parts else metric
 
     def runbook_url(self, alert: str) -> str:
-        return f"{self.runbook_base_url.rstrip('/')}/docs/runbook.md#{alert.lower()}"
+        return f"{self.runbook_prefix()}{alert.lower()}"
+
+    def runbook_prefix(self) -> str:
+        """Every runbook_url up to the anchor: the operator's URL, else the relative path."""
+        base = self.runbook_base_url.rstrip("/")
+        return f"{base}/{RUNBOOK_PATH}#" if base else f"{RUNBOOK_PATH}#"
 
     def promtool_tests_apply(self) -> bool:
         """The shipped promtool tests pin the default thresholds, durations and selector;

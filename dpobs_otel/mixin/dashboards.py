@@ -15,7 +15,7 @@ from grafana_foundation_sdk.models.dashboard import DashboardCursorSync
 from .. import names as n
 from .config import DEFAULT, Config
 from .queue_panels import queue_panels
-from .ray_panels import ray_panels, ray_process_panels
+from .ray_panels import ray_panels, ray_process_panels, ray_transfer_panels
 from .store_panels import store_panels
 from .weight_panels import weight_panels
 from .panels import (SECONDS_PER_SECOND, Query, checked_stat, counted, dashboard_link,
@@ -296,7 +296,8 @@ def overview(c: Config = DEFAULT) -> dashboard.Dashboard:
                 ("Weight sync", weight_panels(c, _job(c), _matchers(c, "job", "node"))),
                 ("Who waits for whom: the queue", queue_panels(c, _job(c), _matchers(c, "job", "node"))),
                 ("The store's own account", store_panels(c, _job(c))),
-                ("Ray object store", ray_panels(c, _job(c), _matchers(c, "job", "node")))]
+                ("Ray object store", ray_panels(c, _job(c), _matchers(c, "job", "node"))),
+                ("Ray: where the bytes travel", ray_transfer_panels(c, _job(c)))]
     return _layout(d, sections)
 
 

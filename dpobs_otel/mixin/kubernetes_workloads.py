@@ -10,12 +10,16 @@ kubernetes.md explains:
   the machine also mounts. The agent cannot reach another pod's loopback, so the ranks bind
   0.0.0.0 and advertise their pod IP (downward API); `node` is the machine's name.
 
-Names, images and the receiver URL are placeholders to replace (the image must hold
-dpobs-otel and the `prometheus` binary: the repository's Dockerfile builds one).
+IMAGE is what the repository's Dockerfile builds (`docker build -t dpobs-otel:<version> .`:
+dpobs-otel and the `prometheus` binary), named as that build tags it; push it to your
+registry and prefix the name. The trainer's image, the training command and the receiver
+URL are your job's own.
 """
 from __future__ import annotations
 
-IMAGE = "ghcr.io/example/dpobs-otel:0.1.0"
+from ..version import __version__
+
+IMAGE = f"dpobs-otel:{__version__}"  # `docker build -t dpobs-otel:<version> .` (Dockerfile)
 TRAINER_IMAGE = "ghcr.io/example/grpo-trainer:latest"
 REMOTE_WRITE = "http://dpobs-central.monitoring.svc:9090/api/v1/write"
 RANKS = 4  # ranks per pod (torchrun --nproc-per-node)

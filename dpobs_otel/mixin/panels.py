@@ -146,6 +146,19 @@ def table_panel(title: str, description: str, unit: str, query: Query, columns: 
             .sort_by([cb.TableSortByFieldState().display_name(title).desc(True)]))
 
 
+def matrix_panel(title: str, description: str, unit: str, query: Query, rows: str,
+                 columns: str, width: int = 12, height: int = 8):
+    """A matrix of an instant query's values: one row per value of label `rows`, one
+    column per value of label `columns` (Grafana's grouping-to-matrix), empty cells blank."""
+    queries = (query,)
+    panel = _base(table.Panel(), title, description, unit, queries, width, height)
+    matrix = dm.DataTransformerConfig(id_val="groupingToMatrix", options={
+        "rowField": rows, "columnField": columns, "valueField": "Value",
+        "emptyValue": "empty"})
+    return (panel.targets(_targets(queries, pm.PromQueryFormat.TABLE, instant=True))
+            .with_transformation(matrix))
+
+
 def row(title: str) -> dashboard.Row:
     return dashboard.Row(title)
 

@@ -1,5 +1,6 @@
-"""The two alerts of Ray's object store (DESIGN.md "Alerts"), from the records of ray_rules.py
-and the Config's knobs; docs/runbook.md has a section for each."""
+"""The alerts of Ray's object store (DESIGN.md "Alerts") and of where Ray's bytes travel
+("Moving data versus waiting (Ray)"), from the records of ray_rules.py and the Config's
+knobs; docs/runbook.md has a section for each."""
 from __future__ import annotations
 
 from .. import names as n
@@ -49,5 +50,60 @@ def _full(c: Config) -> Rule:
         threshold=f">{frac:g}")
 
 
+def _query(expr: str, *args: str) -> str:
+    """A Go-template query of another series from an alert's description."""
+    return f'printf "{expr}" {" ".join(args)} | query'
+
+
+def _hub(c: Config) -> Rule:
+    moved, share = n.INSTANCE_RAY_MOVED, c.ray_hub_share
+    expr = (f"{n.JOB_RAY_HUB_SHARE} > {share:g}\n"
+            f"  and {c.on('job')}\n"
+            f"count {c.by('job')} ({moved} > 0) >= {c.ray_hub_min_processes}\n"
+            f"  and {c.on('job')}\n"
+            f"sum {c.by('job')} ({moved}) >= {c.ray_hub_min_bytes:.0f}\n")
+    top = _query(f"topk(1, {moved}" + "{job=%q})", "$labels.job")
+    total = _query(f"sum({moved}" + "{job=%q})", "$labels.job")
+    return alert(
+        c, n.ALERT_RAY_HUB, "info", expr, c.ray_hub_for,
+        "One process moves most of its job's Ray bytes: every batch passes through it.",
+        "{{ with " + top + " }}{{ with . | first }}{{ .Labels.role }} rank {{ .Labels.rank }}"
+        " ({{ .Labels.instance }}){{ end }}{{ end }} takes part in"
+        " {{ $value | humanizePercentage }} of the Ray bytes job {{ $labels.job }} moves"
+        " ({{ with " + total + " }}{{ . | first | value | humanize1024 }}B/s{{ end }} over"
+        " the last 5m): its network link, its object store and its serializer carry every"
+        " batch, and its time grows with the job.",
+        f"Info: a single controller is a design, not a fault, until it is the slowest part.\n"
+        f"Only in a job of {c.ray_hub_min_processes}+ processes moving Ray bytes (with fewer,"
+        f" one of them\nnecessarily moves most) and at least {c.ray_hub_min_bytes / 1e6:g} MB/s"
+        " through Ray.",
+        threshold=f">{share:g}")
+
+
+def _transfer_slow(c: Config) -> Rule:
+    bandwidth, floor = c.ray_transfer_slow_bandwidth, c.ray_transfer_slow_min_bytes
+    into = f"sum {c.by('job', 'node')} ({n.JOB_FROM_NODE_NODE_RAY_REMOTE})"
+    expr = (f"{n.JOB_NODE_RAY_FETCH_BANDWIDTH} < {bandwidth:.0f}\n"
+            f"  and {c.on('job', 'node')}\n{into} >= {floor:.0f}\n")
+    pulled = _query(f"sum({n.JOB_FROM_NODE_NODE_RAY_REMOTE}" + "{job=%q,node=%q})",
+                    "$labels.job", "$labels.node")
+    source = _query(f"topk(1, {n.JOB_FROM_NODE_NODE_RAY_REMOTE}" + "{job=%q,node=%q})",
+                    "$labels.job", "$labels.node")
+    return alert(
+        c, n.ALERT_RAY_TRANSFER_SLOW, "warning", expr, c.ray_transfer_slow_for,
+        "Ray's transfers into a node are slow: objects pulled from other nodes arrive slowly.",
+        "Remote fetches into Ray node {{ $labels.node }} of job {{ $labels.job }} ran at"
+        " {{ $value | humanize1024 }}B/s over the last 5m (below "
+        f"{bandwidth / 1e6:g} MB/s), while it pulled"
+        " {{ with " + pulled + " }}{{ . | first | value | humanize1024 }}B/s{{ end }} from"
+        " other nodes, most from {{ with " + source + " }}{{ with . | first }}"
+        "{{ .Labels.from_node }}{{ end }}{{ end }}.",
+        "Bytes per second of fetching, not of wall time: a node that pulls little but fast\n"
+        "is fine, one whose gets spend their data time pulling at a trickle is not. The floor\n"
+        "on the bytes keeps a node that pulls a few small objects (fixed costs dominate)\n"
+        "quiet.",
+        threshold=f"<{bandwidth:.0f}")
+
+
 def ray_alerts(c: Config) -> list[Rule]:
-    return [_spilling(c), _full(c)]
+    return [_spilling(c), _full(c), _hub(c), _transfer_slow(c)]

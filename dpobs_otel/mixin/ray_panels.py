@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from .. import names as n
 from .config import Config
-from .panels import SECONDS_PER_SECOND, Query, timeseries_panel
+from .panels import SECONDS_PER_SECOND, Query, matrix_panel, timeseries_panel
 
 RI = "[$__rate_interval]"
 DISPATCH = ("Dispatch: ray_call (a remote call's arguments passed by value) and ray_put; "
@@ -28,7 +28,8 @@ def ray_panels(c: Config, job: str, nodes: str) -> list:
             "Ray op seconds per step by method",
             "Seconds Ray's ops blocked their callers per step of the job, per op and "
             "worker-group method, over 5m (a step: the job's most frequent stepper's). "
-            + DISPATCH + " Not data-plane time: Ray's ops stay out of every fraction of step.",
+            + DISPATCH + " Not data-plane time: only their moving-data part (*Ray data time by "
+            "method*) counts in the fractions of step.",
             "s", Query(f"{n.JOB_OP_METHOD_RAY_SECONDS_PER_STEP}{job}",
                        "{{job}} {{op}} {{method}}"), width=8),
         timeseries_panel(
@@ -75,6 +76,56 @@ def ray_panels(c: Config, job: str, nodes: str) -> list:
             Query(f"{n.INSTANCE_RAY_OWNED_BYTES}{nodes}",
                   "{{job}} {{role}} {{rank}} {{node}} {{instance}}"),
             Query(f"{n.JOB_RAY_OWNED_BYTES}{job}", "{{job}} all processes"), width=24),
+    ]
+
+
+def ray_transfer_panels(c: Config, job: str) -> list:
+    """The overview's row *Ray: where the bytes travel* (ray_rules._transfer_rules): which
+    node pulls from which, where each method's objects were, how fast the pulls run, how
+    much of the job's bytes one process carries, and Ray's data time per method. Nodes here
+    are Ray NodeIDs (each process names its own), so two Ray nodes on one host differ."""
+    slow = (f"{n.ALERT_RAY_TRANSFER_SLOW} fires below {c.ray_transfer_slow_bandwidth / 1e6:g} "
+            f"MB/s into a node that pulls at least {c.ray_transfer_slow_min_bytes / 1e6:g} MB/s, "
+            f"for {c.ray_transfer_slow_for}.")
+    hub = (f"{n.ALERT_RAY_HUB} (info) fires above {c.ray_hub_share:.0%} in a job of "
+           f"{c.ray_hub_min_processes}+ processes moving at least "
+           f"{c.ray_hub_min_bytes / 1e6:g} MB/s through Ray, for {c.ray_hub_for}.")
+    return [
+        matrix_panel(
+            "Ray node-to-node bytes",
+            "Bytes per second pulled from one Ray node (row: from_node, the source's NodeID) "
+            "into another (column: the pulling process's NodeID), over 5m, the jobs selected "
+            "summed. An empty cell: nothing pulled that way.", "Bps",
+            Query(f"sum by (from_node, node) ({n.JOB_FROM_NODE_NODE_RAY_REMOTE}{job})",
+                  "{{from_node}} {{node}}"), rows=n.RAY_FROM_NODE, columns="node"),
+        timeseries_panel(
+            "Ray bytes by locality per method",
+            "Bytes per second Ray's ops moved, per op and method, by where each object was "
+            "when the op asked: local (this node's store or the process), remote (pulled "
+            "from another node), spilled (restored from disk by the op), unknown (Ray did "
+            "not tell). Put, call and return objects are local.", "Bps",
+            Query(f"{n.JOB_OP_METHOD_LOCALITY_RAY_MOVED}{job}",
+                  "{{job}} {{op}} {{method}} {{locality}}")),
+        timeseries_panel(
+            "Ray fetch bandwidth per node",
+            "Remote bytes into each Ray node per second of the fetches that pulled them "
+            "(locality remote or mixed), over 5m: the speed of Ray's transfers, not their "
+            "volume. " + slow, "Bps",
+            Query(f"{n.JOB_NODE_RAY_FETCH_BANDWIDTH}{job}", "{{job}} {{node}}"), width=8),
+        timeseries_panel(
+            "Ray hub share",
+            "The largest share of the job's Ray bytes one process takes part in (each byte "
+            "between two processes counted once): 1 for a driver every batch passes through, "
+            "about 2 / processes when workers pass refs among themselves. " + hub,
+            "percentunit", Query(f"{n.JOB_RAY_HUB_SHARE}{job}", "{{job}}"),
+            max_value=1, width=8),
+        timeseries_panel(
+            "Ray data time by method",
+            "Seconds per second Ray's ops spent moving data (serializing, storing, pulling, "
+            "restoring, deserializing), per op and method, every process included; the wait "
+            "for a producer is left out. The processes that step count it in their fraction "
+            "of step.", SECONDS_PER_SECOND,
+            Query(f"{n.JOB_OP_METHOD_RAY_DATA}{job}", "{{job}} {{op}} {{method}}"), width=8),
     ]
 
 

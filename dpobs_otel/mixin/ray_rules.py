@@ -1,10 +1,16 @@
 """Ray's object store as a data plane (DESIGN.md, the section of that name): the recording
 rules of Ray's ops, whose account is their own, and of Ray's node series beside them.
 
-Ray's ops (Config.ray_ops) are never data-plane time: a ray_get blocks for the remote
-method's whole run. So they are summed per op and `method` (the worker-group method a call,
-its arguments, its returns and the gets of its refs belong to) and per step, never into
-frac_of_step, the per-op share or the straggler's latencies (Config.data_plane_ops).
+Ray's ops' whole durations (Config.ray_ops) are never data-plane time: a ray_get blocks for
+the remote method's whole run. So they are summed per op and `method` (the worker-group method
+a call, its arguments, its returns and the gets of its refs belong to) and per step here;
+only their moving-data part (dpobs_ray_data_seconds_total) joins frac_of_step, the per-op
+share and the straggler's means (rules.data_plane_seconds).
+
+Where the bytes travel: each measured process names its own Ray NodeID on
+dpobs_ray_node_info{ray_node}, so a process's remote bytes (by the source's NodeID,
+`from_node`) are joined to their destination through the process's identity; on one machine
+several Ray nodes share 127.0.0.1 and the host's `node`, and only the NodeID tells them apart.
 
 Per step: over the job's step rate, its most frequent stepper's (a single controller is the
 one process that steps; SPMD ranks step together), so a method's seconds per step are what
@@ -25,6 +31,10 @@ OP = n.OP_DURATION_SERIES
 SER = n.RAY_SERIALIZATION_SERIES
 STEP = n.STEP_DURATION_SERIES
 PROCESS = n.PROCESS_IDENTITY
+FETCH = n.RAY_FETCH_SERIES
+# Fetches that pulled objects from another node: `mixed` gets pulled some of their objects,
+# and their remote bytes are in the numerator of the bandwidth, so their seconds are too.
+PULLED = f'{n.RAY_LOCALITY}=~"{n.RAY_REMOTE_LOCALITY}|{n.RAY_MIXED}"'
 
 
 def _sum_rate(c: Config, metric: str, *labels: str, where: tuple[str, ...] = ()) -> str:
@@ -113,5 +123,63 @@ def _node_rules(c: Config) -> list[Rule]:
     ]
 
 
+def at_ray_node(c: Config, per_process: str) -> str:
+    """`per_process` (series carrying the process identity) with `node` set to the Ray
+    NodeID the process runs on: its dpobs_ray_node_info's ray_node (value 1)."""
+    joined = (f"{per_process}\n  * {c.on(*PROCESS)} group_left ({n.RAY_NODE_LABEL})\n"
+              f"{c.sel(n.RAY_NODE_SERIES)}").replace("\n", "\n  ")
+    return f'label_replace(\n  {joined},\n  "node", "$1", "{n.RAY_NODE_LABEL}", "(.+)"\n)'
+
+
+def _hub_share(c: Config) -> str:
+    """Each process's share of the job's Ray bytes, at most 1, the largest per job.
+
+    A byte that moves between two measured processes is counted at both ends (a call's
+    arguments by the caller's ray_call and the worker's ray_args, a return by ray_return and
+    the getter's ray_get), so the job's bytes are half the processes' sum: a driver every
+    batch passes through moves all of them (1), where its raw share of the sum would stop
+    at 0.5. A process that gets its own puts counts both ends itself, hence the clamp."""
+    inst = n.INSTANCE_RAY_MOVED
+    share = (f"2 * {inst}\n  / {c.on('job')} group_left ()\n"
+             f"(sum {c.by('job')} ({inst}) > 0)").replace("\n", "\n    ")
+    return f"max {c.by('job')} (\n  clamp_max(\n    {share},\n    1\n  )\n)\n"
+
+
+def _transfer_rules(c: Config) -> list[Rule]:
+    """Where Ray's bytes travel (DESIGN.md "Moving data versus waiting (Ray)")."""
+    remote = at_ray_node(c, f"rate({c.sel(n.RAY_REMOTE_SERIES)}[5m])").replace("\n", "\n  ")
+    fetched = at_ray_node(c, f"rate({c.sel(f'{FETCH}_sum', PULLED)}[5m])").replace(
+        "\n", "\n    ")
+    into = f"sum {c.by('job', 'node')} ({n.JOB_FROM_NODE_NODE_RAY_REMOTE})"
+    return [
+        Rule({"record": n.JOB_OP_METHOD_LOCALITY_RAY_MOVED,
+              "expr": _sum_rate(c, n.RAY_MOVED_SERIES, "job", "op", "method",
+                                n.RAY_LOCALITY)},
+             "Bytes Ray's ops moved by where each object was when the op asked: local (this\n"
+             "node's store or the process), remote (pulled from another node), spilled\n"
+             "(restored by the op), unknown (Ray did not tell)."),
+        Rule({"record": n.JOB_FROM_NODE_NODE_RAY_REMOTE,
+              "expr": f"sum {c.by('job', n.RAY_FROM_NODE, 'node')} (\n  {remote}\n)\n"},
+             "Remote bytes per second from node `from_node` into node `node`, both Ray\n"
+             "NodeIDs: the destination is the pulling process's own (dpobs_ray_node_info)."),
+        Rule({"record": n.JOB_OP_METHOD_RAY_DATA,
+              "expr": _sum_rate(c, n.RAY_DATA_SERIES, "job", "op", "method")},
+             "The moving-data part of Ray's ops, seconds per second, from every process (the\n"
+             "workers' without steps too): serializing, storing, fetching, deserializing."),
+        Rule({"record": n.INSTANCE_RAY_MOVED,
+              "expr": _sum_rate(c, n.RAY_MOVED_SERIES, *PROCESS)},
+             "Bytes each process moves through Ray, every op and locality."),
+        Rule({"record": n.JOB_RAY_HUB_SHARE, "expr": _hub_share(c)},
+             (_hub_share.__doc__ or "").split("\n\n", 1)[1].replace("    ", "").strip()
+             + f"\n{n.ALERT_RAY_HUB} reads this."),
+        Rule({"record": n.JOB_NODE_RAY_FETCH_BANDWIDTH,
+              "expr": f"{into}\n  / {c.on('job', 'node')}\n"
+                      f"(\n  sum {c.by('job', 'node')} (\n    {fetched}\n  )\n  > 0\n)\n"},
+             "Remote bytes into each node per second of the fetches that pulled them\n"
+             "(locality remote or mixed): the speed of Ray's transfers into the node.\n"
+             f"{n.ALERT_RAY_TRANSFER_SLOW} reads this."),
+    ]
+
+
 def ray_rules(c: Config) -> list[Rule]:
-    return _op_rules(c) + _node_rules(c)
+    return _op_rules(c) + _transfer_rules(c) + _node_rules(c)

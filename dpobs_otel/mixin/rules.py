@@ -49,10 +49,28 @@ def counted(c: Config, metric: str, *labels: str, window: str = "5m",
     return f"sum {c.by(*labels)} (\n  {body}\n)"
 
 
+def data_plane_seconds(c: Config, *labels: str) -> str:
+    """Data-plane seconds per second summed by `labels`: the whole duration of every op
+    but Ray's, and of Ray's ops only their moving-data part (dpobs_ray_data_seconds_total:
+    a ray_get's wait for the remote method is not data-plane time). The two never share a
+    label set (their ops differ), so `or` is their union."""
+    ops, ray = c.sel(f"{OP}_sum", c.data_plane_ops), c.sel(n.RAY_DATA_SERIES)
+    return f"sum {c.by(*labels)} (\n  rate({ops}[5m])\n    or\n  rate({ray}[5m])\n)"
+
+
+def stepping(c: Config, expr: str) -> str:
+    """`expr` (per process) kept for the processes that run steps: a process without steps
+    (a verl worker under zero code, on Ray or on TransferQueue) is in no frac_of_step
+    numerator, on any plane (DESIGN.md, "Moving data versus waiting (Ray)")."""
+    return f"{expr}\n  and {c.on(*PROCESS)}\n{c.sel(f'{STEP}_sum')}"
+
+
 def _time_rules(c: Config) -> list[Rule]:
     rec = [Rule({"record": n.JOB_ROLE_OP_SECONDS,
-                 "expr": _rate(c, f"{OP}_sum", "job", "role", "op", where=(c.data_plane_ops,))},
-                "Data-plane seconds spent per second of wall time (includes failed calls).")]
+                 "expr": data_plane_seconds(c, "job", "role", "op") + "\n"},
+                "Data-plane seconds spent per second of wall time (includes failed calls); of\n"
+                "Ray's ops only their moving-data part, from every process (the per-op share\n"
+                "and the per-method accounts count workers without steps too).")]
     # Each coarser sum is taken over the finer record, not over the raw series again: a
     # scrape committed between two rules of one evaluation moved a second rate() of the same
     # counters, and the ops' shares then summed to 1.0105 (dpobs compare, TransferQueue).
@@ -65,17 +83,25 @@ def _time_rules(c: Config) -> list[Rule]:
 
 def per_process(c: Config, numerator: str, where: tuple[str, ...] = ()) -> str:
     """A counter's rate over step time, one series per process (the process identity)."""
-    return (f"{_rate(c, numerator, *PROCESS, where=where)}\n"
-            f"  / ({_rate(c, f'{STEP}_sum', *PROCESS)} > 0)\n")
+    return over_steps(c, _rate(c, numerator, *PROCESS, where=where))
+
+
+def over_steps(c: Config, rate: str) -> str:
+    """A per-process rate over that process's step time (a process without steps: none)."""
+    return f"{rate}\n  / ({_rate(c, f'{STEP}_sum', *PROCESS)} > 0)\n"
 
 
 def _frac_rules(c: Config) -> list[Rule]:
-    data_plane = per_process(c, f"{OP}_sum", (c.data_plane_ops,)).rstrip("\n")
+    steppers = stepping(c, data_plane_seconds(c, *PROCESS)).replace("\n", "\n  ")
     return [
         Rule({"record": n.JOB_FRAC_OF_STEP,
-              "expr": f"{n.JOB_SECONDS}\n  / ({n.JOB_STEP_SECONDS} > 0)\n"},
-             "Fraction of step time spent in the data plane."),
-        Rule({"record": n.INSTANCE_FRAC_OF_STEP, "expr": data_plane + "\n"},
+              "expr": f"sum {c.by('job')} (\n  {steppers}\n)\n"
+                      f"  / ({n.JOB_STEP_SECONDS} > 0)\n"},
+             "Fraction of step time spent in the data plane, over the processes that run\n"
+             "steps: a worker's data-plane seconds outside any step (verl's workers have no\n"
+             "steps) would inflate the steps' share. Ray's ops count their data time only."),
+        Rule({"record": n.INSTANCE_FRAC_OF_STEP,
+              "expr": over_steps(c, data_plane_seconds(c, *PROCESS))},
              "The same per process: one series per " + ", ".join(PROCESS) + "."),
         Rule({"record": n.JOB_MAX_FRAC_OF_STEP,
               "expr": f"max {c.by('job')} ({n.INSTANCE_FRAC_OF_STEP})"}),
@@ -109,12 +135,15 @@ def _critical_path_rules(c: Config) -> list[Rule]:
 def _latency_rules(c: Config) -> list[Rule]:
     out = [Rule({"record": n.JOB_OP_RATE, "expr": _rate(c, f"{OP}_count", "job", "op")}),
            Rule({"record": n.JOB_OP_MEAN,
-                 "expr": f"{n.JOB_OP_SECONDS}\n  / ({n.JOB_OP_RATE} > 0)\n"})]
+                 "expr": f"{n.JOB_OP_SECONDS}\n  / ({n.JOB_OP_RATE} > 0)\n"},
+                "Of a Ray op: its data time per call (its whole duration is in its histogram).")]
     out.append(Rule(
         {"record": n.INSTANCE_OP_MEAN,
-         "expr": f"{_rate(c, f'{OP}_sum', *PROCESS, 'op', where=(c.data_plane_ops,))}\n"
+         "expr": f"{data_plane_seconds(c, *PROCESS, 'op')}\n"
                  f"  / ({_rate(c, f'{OP}_count', *PROCESS, 'op')} > 0)\n"},
-        f"Mean latency per process and op: {n.ALERT_STRAGGLER} compares each process with its role."))
+        f"Mean latency per process and op: {n.ALERT_STRAGGLER} compares each process with its role.\n"
+        "A Ray op's mean is its data time per call (the latency histograms keep its whole\n"
+        "duration): a worker whose calls wait on a slow peer is no straggler of the data plane."))
     if c.classic_quantiles:
         out.append(Rule({"record": n.JOB_OP_LE_BUCKETS,
                          "expr": _rate(c, f"{OP}_bucket", "job", "op", "le")},

@@ -23,7 +23,7 @@ from importlib import resources
 from pathlib import Path
 
 from .alerts import alerts_file
-from .config import DEFAULT, RUNBOOK_PLACEHOLDER, Config
+from .config import DEFAULT, PROMTOOL_RUNBOOK_BASE, RUNBOOK_PATH, Config
 from .configs import alertmanager_yml, central_yml, prometheus_yml
 from .grafana import MissingExtra, build_dashboards, grafana_provisioning
 from .kubernetes import build_manifests
@@ -35,16 +35,20 @@ ALERTS = "dpobs-alerts.rules.yml"
 
 
 def promtool_tests(c: Config) -> dict[str, str]:
-    """The shipped promtool unit tests (package data), with the Config's runbook base URL.
+    """The shipped promtool unit tests (package data), with the Config's runbook links.
     They pin the default thresholds: with other thresholds they are left out, since they
     would fail on values they were not written for."""
     if not c.promtool_tests_apply():
         return {}
-    base = f"{RUNBOOK_PLACEHOLDER}/docs/runbook.md#"
-    mine = f"{c.runbook_base_url.rstrip('/')}/docs/runbook.md#"
     folder = resources.files(__package__) / "promtool"
-    return {f.name: _generated_from(f.name) + f.read_text().replace(base, mine)
+    return {f.name: _generated_from(f.name) + runbook_links(c, f.read_text())
             for f in sorted(folder.iterdir(), key=lambda f: f.name) if f.name.endswith(".yml")}
+
+
+def runbook_links(c: Config, text: str) -> str:
+    """A shipped test's expected runbook_url values, written at the stand-in base URL, as the
+    Config makes them (config.Config.runbook_prefix)."""
+    return text.replace(f"{PROMTOOL_RUNBOOK_BASE}/{RUNBOOK_PATH}#", c.runbook_prefix())
 
 
 def _generated_from(name: str) -> str:
@@ -136,8 +140,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--job-selector", default=DEFAULT.job_selector,
                         help="matchers added to every raw selector, e.g. 'job=~\"grpo-.*\"'")
     parser.add_argument("--runbook-base-url", default=DEFAULT.runbook_base_url,
-                        help="runbook_url = BASE/docs/runbook.md#<alert> "
-                             f"(default: the placeholder {DEFAULT.runbook_base_url})")
+                        metavar="URL", help="where you serve these docs: runbook_url = "
+                        "URL/docs/runbook.md#<alert> (default: none, the relative docs link "
+                        "docs/runbook.md#<alert>)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -13,10 +13,12 @@ harness passes a thread that entered a network namespace, so the caller never jo
 from __future__ import annotations
 
 import json
+import re
 import urllib.error
 import urllib.parse
 import urllib.request
 from concurrent.futures import Executor
+from datetime import datetime
 
 
 class PrometheusError(RuntimeError):
@@ -86,6 +88,12 @@ class Prometheus:
     def rules(self) -> list[dict]:
         return self.api("rules")["groups"]
 
+    def alertmanagers(self) -> list[str]:
+        """The base URLs of the Alertmanagers Prometheus sends its alerts to (it lists their
+        API endpoints: http://host:9093/api/v2/alerts)."""
+        active = self.api("alertmanagers")["activeAlertmanagers"]
+        return [re.sub(r"/api/v\d+/alerts$", "", a["url"]) for a in active]
+
     def ready(self) -> bool:
         """Whether /-/ready answers 200 (a server still starting answers 503 or refuses)."""
         def probe() -> bool:
@@ -96,6 +104,18 @@ class Prometheus:
             except OSError:  # refused, timed out, or an HTTPError status
                 return False
         return probe() if self.executor is None else self.executor.submit(probe).result()
+
+
+def timestamp(rfc3339: str) -> float | None:
+    """A timestamp of the API's answers (RFC 3339, nanoseconds, any zone) as epoch seconds;
+    None for the zero time Prometheus gives what never happened (a group not yet evaluated)."""
+    m = re.fullmatch(r"(.+T[\d:]+)(\.\d+)?(Z|[+-][\d:]+)", rfc3339)
+    if m is None:
+        raise PrometheusError(f"not an RFC 3339 timestamp: {rfc3339!r}")
+    if m[1].startswith("0001-"):
+        return None
+    zone = "+00:00" if m[3] == "Z" else m[3]
+    return datetime.fromisoformat(m[1] + zone).timestamp() + float(m[2] or 0)
 
 
 def _sample(metric: dict, value: list) -> dict:

@@ -46,11 +46,13 @@ class Page:
     caption: str
     panels: list[Panel] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
+    verdict: str = ""  # the job's one line (readback/headline.py), under the title
 
 
-def page(title: str, source: str, found: dict[str, dict[str, dict[str, float]]]) -> Page:
+def page(title: str, source: str, found: dict[str, dict[str, dict[str, float]]],
+         verdict: str = "") -> Page:
     """The panels in ORDER; those without a single value named as missing in the caption."""
-    out = Page(title, source)
+    out = Page(title, source, verdict=verdict)
     for name in ORDER:
         bars = {s: c for s, c in found.get(name, {}).items() if c}
         if bars:

@@ -23,24 +23,58 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def build(prometheus: str | None, sd_dir: str | None, job: str) -> Page:
     """The page from Prometheus (the last 5m) or, without one, the cluster view (every
     process since its start); the caption says which."""
+    from ..readback import headline
     title = f"dpobs: the overview's answers, job {job}"
     if prometheus:
         from ..readback.prometheus import Prometheus
         from .queries import from_prometheus
-        found = from_prometheus(Prometheus(prometheus, timeout=10), job)
+        prom = Prometheus(prometheus, timeout=10)
+        found = from_prometheus(prom, job)
+        said = headline.from_rules(prom, job)
         return page(title, f"Source: Prometheus {prometheus}, the overview dashboard's "
-                    "queries over the last 5m", found)
+                    "queries over the last 5m", found, headline.sentence(said))
     from ..readback.cluster import ClusterView
     view = ClusterView(sd_dir, job, timeout=5)
     view.step_metrics()
+    said = headline.from_deltas(view.last.deltas.values())
     return page(title, f"Source: the cluster view of {sd_dir} (no Prometheus), each process "
-                "since its start", from_window(view.last, view.breakdown()))
+                "since its start", from_window(view.last, view.breakdown()),
+                headline.sentence(said))
+
+
+def verdict(prometheus: str | None, sd_dir: str | None, job: str) -> str:
+    """The job's one-line verdict alone, as `dpobs report` prints it (the demo's first
+    line): the recording rules of a Prometheus, or the cluster view of a file_sd directory
+    (each process since its start). Raises PrometheusError as build() does."""
+    from ..readback import headline
+    if prometheus:
+        from ..readback.prometheus import Prometheus
+        return headline.sentence(headline.from_rules(Prometheus(prometheus, timeout=10), job))
+    from ..readback.cluster import ClusterView
+    view = ClusterView(sd_dir, job, timeout=5)
+    view.step_metrics()
+    return headline.sentence(headline.from_deltas(view.last.deltas.values()))
 
 
 def run(args: argparse.Namespace) -> int:
+    """The page, or one line that says what is missing (exit 1): no traceback for a
+    Prometheus that does not answer, a file_sd directory or a PNG folder that is not there."""
+    from ..readback.prometheus import PrometheusError
     from .draw import write
-    shown = build(args.prometheus, args.sd_dir, args.job)
-    write(shown, args.png)
+    folder = Path(args.png).parent
+    if not folder.is_dir():
+        raise SystemExit(f"dpobs report: --png {args.png}: no directory {folder}")
+    if args.sd_dir and not Path(args.sd_dir).is_dir():
+        raise SystemExit(f"dpobs report: --sd-dir {args.sd_dir}: no such directory (the "
+                         "DPOBS_SD_DIR the job's processes register in)")
+    try:
+        shown = build(args.prometheus, args.sd_dir, args.job)
+        write(shown, args.png)
+    except PrometheusError as e:
+        raise SystemExit(f"dpobs report: --prometheus {args.prometheus}: {e}") from None
+    except OSError as e:  # the PNG could not be written (permissions, a full disk)
+        raise SystemExit(f"dpobs report: --png {args.png}: {e.strerror or e}") from None
+    print(shown.verdict)
     print(f"{args.png}: {len(shown.panels)} panels; {shown.caption}")
     return 0 if shown.panels else 1
 

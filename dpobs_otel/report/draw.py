@@ -46,7 +46,7 @@ def figure(page: Page):
         _bars(ax, panel)
     for ax in list(axes.flat)[len(page.panels):]:
         fig.delaxes(ax)
-    fig.suptitle(page.title, fontsize=13)
+    fig.suptitle(page.title + (f"\n{page.verdict}" if page.verdict else ""), fontsize=12)
     fig.text(0.5, 0.01, page.caption, ha="center", fontsize=9, wrap=True)
     fig.tight_layout(rect=(0, 0.04, 1, 0.96))
     return fig

@@ -39,11 +39,18 @@ def binaries() -> dict[str, str | None]:
 
 
 def prometheus_config(sd_dir: str, alertmanager: str, interval: str = "1s",
-                      deploy: Path = DEPLOY) -> dict:
-    """deploy/prometheus/prometheus.yml, pointed at this machine's files and ports."""
+                      deploy: Path = DEPLOY, itself: str | None = None,
+                      rules: list[str] = ()) -> dict:
+    """deploy/prometheus/prometheus.yml, pointed at this machine's files and ports (`itself`:
+    the Prometheus's own host:port, which its self-scrape job targets), with `rules` loaded
+    beside the shipped rule files."""
     cfg = yaml.safe_load((deploy / "prometheus" / "prometheus.yml").read_text())
     cfg.setdefault("global", {}).update(scrape_interval=interval, evaluation_interval=interval)
     cfg["rule_files"] = sorted(str(p) for p in (deploy / "prometheus" / "rules").glob("*.yml"))
+    cfg["rule_files"] += list(rules)
+    for sc in cfg["scrape_configs"]:
+        for static in sc.get("static_configs", []) if itself else ():
+            static["targets"] = [itself]
     for am in cfg["alerting"]["alertmanagers"]:
         am["static_configs"] = [{"targets": [alertmanager]}]
     sd = [c for sc in cfg["scrape_configs"] for c in sc.get("file_sd_configs", [])]
@@ -62,10 +69,11 @@ class Stack(Managed):
     directory, in place of `deploy`'s."""
 
     def __init__(self, sd_dir: str | None = None, interval: str = "1s", deploy: Path = DEPLOY,
-                 mixin=None):
+                 mixin=None, rules: list[str] = ()):
         self.interval = interval
         self.deploy = deploy
         self.mixin = mixin
+        self.rules = list(rules)  # rule files loaded beside the mixin's
         self._sd_dir = sd_dir
         self.procs: dict[str, subprocess.Popen] = {}
         self.tmp: str | None = None
@@ -92,9 +100,10 @@ class Stack(Managed):
             f"--storage.path={tmp / 'alertmanager'}",
             f"--web.listen-address={self.alertmanager[7:]}",
             "--cluster.listen-address="])  # no gossip port: one private instance
-        cfg = prometheus_config(self.sd_dir, self.alertmanager[7:], self.interval, self.deploy)
-        (tmp / "prometheus.yml").write_text(yaml.safe_dump(cfg, sort_keys=False))
         self.prometheus = f"http://127.0.0.1:{free_port()}"
+        cfg = prometheus_config(self.sd_dir, self.alertmanager[7:], self.interval, self.deploy,
+                                itself=self.prometheus[7:], rules=self.rules)
+        (tmp / "prometheus.yml").write_text(yaml.safe_dump(cfg, sort_keys=False))
         self.prom = Prometheus(self.prometheus, timeout=10)
         self._spawn("prometheus", [
             bins["prometheus"], f"--config.file={tmp / 'prometheus.yml'}",

@@ -1,7 +1,8 @@
 """`dpobs top [--prometheus URL | --sd-dir DIR]`: a live terminal view of the answers, for
 people without Grafana. With --prometheus it reads the mixin's recording rules and the
 firing alerts; with --sd-dir it scrapes every endpoint listed there itself and computes the
-same answers over its own window. A failing source or endpoint is shown, never fatal."""
+same answers over its own window. A failing source or endpoint is shown, never fatal, in the
+live view; with --once a failing source is one line and exit 1."""
 from __future__ import annotations
 
 import argparse
@@ -67,8 +68,10 @@ def run(args) -> int:
             safe_answers(source)
             time.sleep(args.interval)
         a = safe_answers(source)
+        if a.error:  # one line, no empty frame around it: the frame would answer nothing
+            raise SystemExit(f"dpobs top: {a.source}: {a.error}")
         console.print(frame(a))
-        return 1 if a.error else 0
+        return 0
     return live(source, console, args.interval, frame)
 
 

@@ -10,6 +10,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from ..mixin.config import DEFAULT
+from ..readback import headline
 from .ray import RayAccount
 from .store import StoreLine
 from .weights import WeightLine
@@ -95,6 +96,15 @@ class Answers:
     store: list[StoreLine] = field(default_factory=list)  # the store's account, by job and op
     ray: RayAccount = field(default_factory=RayAccount)  # Ray's object store (--prometheus)
     error: str = ""  # the source itself failed (e.g. Prometheus unreachable)
+
+
+def verdict_line(a: Answers, j: Job) -> str:
+    """The job's one-line verdict (readback/headline.py) from the numbers top already has."""
+    procs = {headline.who({"role": p.role, "rank": p.rank}): p.frac_of_step
+             for p in a.processes if p.job == j.job}
+    return headline.sentence(headline.from_parts(
+        j.frac_of_step, j.exposed_frac, {o.op: o.share for o in j.ops}, procs,
+        j.guard_checked, j.guard_mismatched))
 
 
 def worst_first(procs: list[Process]) -> list[Process]:

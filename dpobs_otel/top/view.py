@@ -16,7 +16,7 @@ from rich.text import Text
 
 from ..mixin.config import DEFAULT
 from ..names import PROCESS_IDENTITY
-from .model import Answers
+from .model import Answers, verdict_line
 
 UNITS = ("B", "kB", "MB", "GB", "TB")
 DASH = "-"
@@ -243,8 +243,10 @@ def alerts_text(a: Answers) -> Text:
 
 def frame(a: Answers, every_s: float | None = None) -> Group:
     parts = [header(a, every_s)]
-    if a.error:
-        parts.append(Text(f"source error: {a.error}", style="bold red"))
+    if a.error:  # the source answered nothing: no empty tables, no "only with" hints
+        return Group(*parts, Text(f"source error: {a.error}", style="bold red"))
+    # The verdict first: the one line a glance takes away (the same sentence as the report's).
+    parts += [Text(f"{j.job}: {verdict_line(a, j)}", style="bold") for j in a.jobs]
     # Alerts above the tables: a terminal too short for every process crops the bottom.
     parts += [alerts_text(a), jobs_table(a), queue_text(a), stragglers_text(a), ops_table(a)]
     # Only where weights are synced, and where a job's store exporter is scraped.

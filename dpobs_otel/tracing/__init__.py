@@ -17,7 +17,8 @@ ENV = ("DPOBS_TRACE", "DPOBS_TRACE_RING", "DPOBS_TRACE_EVERY", "DPOBS_NODE")
 
 def start(settings, env=os.environ) -> tuple[Tracer, object]:
     """The process's Tracer and its OTLP forwarder (None unless the variables ask for one);
-    a bad OTLP configuration raises here, at start, not on the first span."""
+    a bad OTLP configuration is said here, at start, in one line, and
+    exports nothing."""
     s = settings
     resource = {"job": s.job, "role": s.role, "rank": s.rank, "node": s.node_name,
                 "pid": os.getpid()}
@@ -25,7 +26,11 @@ def start(settings, env=os.environ) -> tuple[Tracer, object]:
     from . import otlp
     forwarder = None
     if otlp.wanted(env):
-        forwarder = otlp.OTLPForwarder(tracer, otlp.span_exporter(env))
+        try:
+            forwarder = otlp.OTLPForwarder(tracer, otlp.span_exporter(env))
+        except otlp.OTLPConfigError as exc:  # the variables' fault: said, never raised
+            from ..config import say
+            say(f"{exc}; spans stay at /trace, none exported", exc)
     return tracer, forwarder
 
 

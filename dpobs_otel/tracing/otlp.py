@@ -21,6 +21,8 @@ from .tracer import span, wall_clock
 
 log = logging.getLogger("dpobs_otel")
 ENDPOINT_VARS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+# the traces' own first, as the OTel SDK reads them
+PROTOCOL_VARS = ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
 PACKAGES = {"http/protobuf": ("opentelemetry.exporter.otlp.proto.http.trace_exporter",
                               "opentelemetry-exporter-otlp-proto-http", "dpobs-otel[otlp]"),
             "grpc": ("opentelemetry.exporter.otlp.proto.grpc.trace_exporter",
@@ -40,11 +42,11 @@ def wanted(env=os.environ) -> bool:
 
 
 def protocol(env=os.environ) -> str:
-    proto = (env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-             or env.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "http/protobuf").strip().lower()
+    var = next((v for v in PROTOCOL_VARS if env.get(v)), None)
+    proto = (env[var] if var else "http/protobuf").strip().lower()
     if proto not in PACKAGES:
-        raise OTLPConfigError(f"dpobs: OTLP protocol {proto!r} is not supported for traces "
-                              f"(use http/protobuf or grpc)")
+        raise OTLPConfigError(f"dpobs: {var}={env[var]!r}: OTLP protocol {proto!r} is not "
+                              f"supported for traces (use http/protobuf or grpc)")
     return proto
 
 
@@ -58,7 +60,8 @@ def span_exporter(env=os.environ):
     try:
         return importlib.import_module(module).OTLPSpanExporter()
     except ImportError as exc:
-        raise OTLPConfigError(f"dpobs: OTLP over {proto} needs {package}: "
+        var = next((v for v in PROTOCOL_VARS if env.get(v)), "OTEL_EXPORTER_OTLP_PROTOCOL")
+        raise OTLPConfigError(f"dpobs: {var}={proto!r}: OTLP over {proto} needs {package}: "
                               f"pip install '{extra}'") from exc
 
 

@@ -10,7 +10,7 @@ import os
 import pytest
 
 from dpobs_otel import names as nm
-from dpobs_otel.demo import compare
+from dpobs_otel.demo import compare, compare_command
 from dpobs_otel.demo.backends import BACKENDS, available
 
 pytestmark = pytest.mark.slow
@@ -19,7 +19,7 @@ FOUR = ("memory", "transferqueue", "mooncake", "ray")
 
 def _args(*argv):
     p = argparse.ArgumentParser()
-    compare.add_arguments(p)
+    compare_command.add_arguments(p)
     return p.parse_args(list(argv))
 
 

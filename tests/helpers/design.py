@@ -28,12 +28,23 @@ def series(text: str) -> set[str]:
     return {n for r in rows for n in _expand(r.rstrip(" |").rsplit("|", 1)[1].strip())}
 
 
+# Sections beside "Recording rules" and "Alerts" that pin rules and alerts of their own: the
+# Ray section's (moving data versus waiting) and the monitoring's own (Scale).
+RULE_SECTIONS = ("Ray's object store as a data plane", "Scale")
+
+
+def _with_rule_sections(text: str, heading: str) -> str:
+    return "".join(_section(text, h) for h in (heading, *RULE_SECTIONS))
+
+
 def records(text: str) -> set[str]:
-    return set(re.findall(r"^\s{4}([a-z_]+:[a-z0-9_]+:[a-z0-9_]+)", _section(text, "Recording rules"), re.M))
+    return set(re.findall(r"^\s{4}([a-z_]+:[a-z0-9_]+:[a-z0-9_]+)",
+                          _with_rule_sections(text, "Recording rules"), re.M))
 
 
 def alerts(text: str) -> set[str]:
-    return set(re.findall(r"^\s{4}(Dpobs[A-Za-z]+)\s", _section(text, "Alerts"), re.M))
+    return set(re.findall(r"^\s{4}(Dpobs[A-Za-z]+)\s", _with_rule_sections(text, "Alerts"),
+                          re.M))
 
 
 def commands(text: str) -> set[str]:

@@ -17,6 +17,7 @@ import pytest
 
 from dpobs_otel.testing.netns import Netns, can_make_namespaces, link
 from dpobs_otel.testing.prometheus import Agent, Central, rule_files
+from dpobs_otel.testing.stack import _ts
 
 from . import IN_CI
 
@@ -114,7 +115,16 @@ class Cluster:
         wait_for(lambda: len([r for r in self.central.query(
             f'timestamp(dpobs_step_duration_seconds_count{{job="{JOB}"}})')
             if r["value"] > finished + 0.5]) == len(PROCESSES), 60, "final scrapes")
-        time.sleep(3)  # a couple of rule evaluations over them
+        # A couple of rule evaluations over them: every rule group's last evaluation began a
+        # whole interval after the final samples were queryable, so two began after that.
+        after = time.time() + float(self.central.interval.removesuffix("s"))
+        wait_for(lambda: self.evaluated_since(after), 60, "two rule evaluations", every=0.2)
+
+    def evaluated_since(self, after: float) -> bool:
+        """Whether every rule group of the central Prometheus has begun an evaluation since
+        the wall-clock time `after` (the namespaces share this machine's clock)."""
+        groups = self.central.rules()
+        return bool(groups) and all(_ts(g["lastEvaluation"]) > after for g in groups)
 
     def close(self) -> None:
         for p in self.procs:

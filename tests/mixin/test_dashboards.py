@@ -374,3 +374,48 @@ def test_ray_row_reads_only_rays_records():
     for p in row_panels(load("dpobs-process"), "Ray ops by method"):
         for t in p["targets"]:
             assert 'op=~"ray_.*"' in t["expr"] or names.RAY_OWNED_SERIES in t["expr"], p["title"]
+
+
+# --- Where Ray's bytes travel (issue 54) ---
+
+TRANSFER_ROW = "Ray: where the bytes travel"
+TRANSFER_RECORDS = {names.JOB_FROM_NODE_NODE_RAY_REMOTE, names.JOB_OP_METHOD_LOCALITY_RAY_MOVED,
+                    names.JOB_NODE_RAY_FETCH_BANDWIDTH, names.JOB_RAY_HUB_SHARE,
+                    names.JOB_OP_METHOD_RAY_DATA}
+
+
+def test_transfer_row_reads_the_transfer_records_and_each_is_shown():
+    """The row reads the records of where Ray's bytes travel and nothing else, and each of
+    them (but the per-process input of the hub share) has a panel."""
+    panels = row_panels(load("dpobs-overview"), TRANSFER_ROW)
+    read = set()
+    for p in panels:
+        for t in p["targets"]:
+            got = metric_names(substitute(t["expr"], ".*"))
+            assert got and got <= TRANSFER_RECORDS, (p["title"], t["expr"])
+            read |= got
+    assert read == TRANSFER_RECORDS
+
+
+def test_the_node_matrix_has_a_row_per_source_and_a_column_per_destination():
+    (matrix,) = [p for p in row_panels(load("dpobs-overview"), TRANSFER_ROW)
+                 if p["title"] == "Ray node-to-node bytes"]
+    (target,) = matrix["targets"]
+    assert target["instant"] is True and target["format"] == "table"
+    (grouping,) = [t for t in matrix["transformations"] if t["id"] == "groupingToMatrix"]
+    assert grouping["options"]["rowField"] == names.RAY_FROM_NODE
+    assert grouping["options"]["columnField"] == "node"
+    assert f"by ({names.RAY_FROM_NODE}, node)" in target["expr"]
+
+
+def test_ray_transfer_runbook_sections_name_the_rows_panels():
+    """DpobsRayHub and DpobsRayTransferSlow send the reader to panels that exist."""
+    overview = load("dpobs-overview")
+    titles = {p["title"] for p in row_panels(overview, TRANSFER_ROW)}
+    titles |= {p["title"] for p in row_panels(overview, RAY_ROW)}
+    titles |= {r["title"] for uid in UIDS for r in load(uid)["panels"] if r["type"] == "row"}
+    for alert in (names.ALERT_RAY_HUB, names.ALERT_RAY_TRANSFER_SLOW):
+        named = {t for t in _runbook_titles(alert) if t.startswith(("Ray ", "Ray:"))}
+        assert TRANSFER_ROW in named, alert
+        assert named - {TRANSFER_ROW, RAY_ROW} <= titles, (alert, named - titles)
+        assert len(named & titles) >= 3, (alert, named)

@@ -55,7 +55,10 @@ KNOBS = Config(frac_of_step_warning=0.3, frac_of_step_critical=0.7, frac_of_step
                error_ratio_warning=0.02, error_ratio_critical=0.2, error_ratio_critical_for="2m",
                overhead_info=0.1, outstanding_bytes_floor=12345, target_down_for="9m",
                straggler_factor=3.5, straggler_for="20m", weights_stale_versions=3,
-               weights_stale_for="12m", weight_sync_slow_frac=0.4, weight_sync_slow_for="25m")
+               weights_stale_for="12m", weight_sync_slow_frac=0.4, weight_sync_slow_for="25m",
+               ray_hub_share=0.6, ray_hub_min_processes=5, ray_hub_min_bytes=2e7,
+               ray_hub_for="11m", ray_transfer_slow_bandwidth=5e7,
+               ray_transfer_slow_min_bytes=3e6, ray_transfer_slow_for="13m")
 # (alert, severity) -> the knobs that must decide it: (comparison, threshold, for)
 EXPECTED = {
     ("DpobsDataPlaneDominatesStep", "warning"): (">", 0.3, "7m"),
@@ -68,6 +71,13 @@ EXPECTED = {
     ("DpobsDataPlaneStraggler", "warning"): (">=", 3.5, "20m"),
     ("DpobsWeightsStale", "warning"): (">", 3, "12m"),
     ("DpobsWeightSyncSlow", "warning"): (">", 0.4, "25m"),
+    ("DpobsRayHub", "info"): (">", 0.6, "11m"),
+    ("DpobsRayTransferSlow", "warning"): ("<", 5e7, "13m"),
+}
+# Floors beside an alert's threshold: (alert, severity) -> the comparisons they add.
+FLOORS = {
+    ("DpobsRayHub", "info"): {(">=", 5.0), (">=", 2e7)},
+    ("DpobsRayTransferSlow", "warning"): {(">=", 3e6)},
 }
 
 
@@ -76,6 +86,8 @@ def test_alert_thresholds_and_durations_come_from_the_config():
     for key, (op, value, for_) in EXPECTED.items():
         assert (op, float(value)) in literal_comparisons(alerts[key]["expr"]), key
         assert alerts[key]["for"] == for_, key
+    for key, floors in FLOORS.items():
+        assert floors <= set(literal_comparisons(alerts[key]["expr"])), key
 
 
 def test_dashboards_read_thresholds_from_the_config():
@@ -91,6 +103,11 @@ def test_dashboards_read_thresholds_from_the_config():
     assert [s["value"] for s in weights["fieldConfig"]["defaults"]["thresholds"]["steps"]] == [
         None, 0.4]
     assert "Yellow at 40%" in weights["description"]
+    (bandwidth,) = [p for p in panels if p["title"] == "Ray fetch bandwidth per node"]
+    assert "below 50 MB/s into a node that pulls at least 3 MB/s, for 13m" in bandwidth[
+        "description"]
+    (hub,) = [p for p in panels if p["title"] == "Ray hub share"]
+    assert "above 60% in a job of 5+ processes moving at least 20 MB/s" in hub["description"]
 
 
 def groupings(expr: str) -> list[list[str]]:
@@ -131,6 +148,9 @@ def test_cluster_label_keeps_the_promtool_tests_passing(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+GROUPINGS = {"by", "without", "on", "ignoring", "group_left", "group_right"}
+
+
 def test_job_selector_reaches_every_raw_selector():
     sel = 'job=~"grpo-.*"'
     files = build(Config(job_selector=sel))
@@ -140,7 +160,13 @@ def test_job_selector_reaches_every_raw_selector():
         depth = [0] * len(tokens)  # inside a selector's braces: label names, not series
         for i, t in enumerate(tokens[1:], 1):
             depth[i] = depth[i - 1] + (tokens[i - 1] == "{") - (t == "}")
-        raw = [i for i, t in enumerate(tokens) if depth[i] == 0
+        # a grouping's or a join's label list (`group_left (ray_node)`): label names too
+        listed, inside = set(), False
+        for i, t in enumerate(tokens):
+            inside = (inside or (t == "(" and i and tokens[i - 1] in GROUPINGS)) and t != ")"
+            if inside:
+                listed.add(i)
+        raw = [i for i, t in enumerate(tokens) if depth[i] == 0 and i not in listed
                and (t == "up" or t.startswith(("dpobs_", "ray_")))]
         for i in raw:  # raw series (recorded ones have a colon and are already selected)
             matchers = "".join(tokens[i + 1:tokens.index("}", i)]) if tokens[i + 1] == "{" else ""

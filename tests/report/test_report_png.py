@@ -92,3 +92,52 @@ def test_the_queries_are_the_overview_dashboards_own():
         for q in ours[title]:
             assert any(fill(e, "grpo") == q for e in exprs), (title, q)
             assert 'job=~"grpo"' in q and "$" not in q, q
+
+
+def _report(*argv: str):
+    """`dpobs report ARGV` as a user runs it: (exit code, stdout, stderr)."""
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-m", "dpobs_otel.cli", "report", *argv],
+                         capture_output=True, text=True, timeout=60)
+    return out.returncode, out.stdout, out.stderr
+
+
+def _one_line(err: str, *words: str) -> None:
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    assert err.startswith("dpobs report: ") and all(w in err for w in words), err
+
+
+def test_a_prometheus_with_nothing_listening_is_one_line_and_exit_1(tmp_path):
+    from helpers.top import refused_port
+    url = f"http://127.0.0.1:{refused_port()}"
+    rc, out, err = _report("--prometheus", url, "--png", str(tmp_path / "x.png"))
+    assert rc == 1 and out == "" and not (tmp_path / "x.png").exists()
+    _one_line(err, url, "unreachable")
+
+
+def test_a_png_in_a_folder_that_is_not_there_is_one_line(tmp_path):
+    (tmp_path / "sd").mkdir()
+    png = tmp_path / "nonexist" / "x.png"
+    rc, out, err = _report("--sd-dir", str(tmp_path / "sd"), "--png", str(png))
+    assert rc == 1 and out == ""
+    _one_line(err, str(png.parent), "no directory")
+
+
+def test_a_missing_sd_dir_is_named_and_no_blank_png_written(tmp_path):
+    missing = tmp_path / "nonexistent"
+    rc, out, err = _report("--sd-dir", str(missing), "--png", str(tmp_path / "x.png"))
+    assert rc == 1 and out == "" and not (tmp_path / "x.png").exists()
+    _one_line(err, str(missing), "no such directory")
+
+
+def test_the_report_prints_the_verdict_and_draws_it_under_the_title(job, tmp_path, capsys):
+    from dpobs_otel.report.command import verdict
+    page = build(None, str(job), "dpobs")
+    # three steps of the trainer over a guarded store, 4 rows each; the rollout never steps
+    assert page.verdict.startswith("data plane ") and " of the step (exposed " in page.verdict
+    assert " on trainer 0; guard: checked 12 rows, mismatched 0" in page.verdict
+    assert verdict(None, str(job), "dpobs") == page.verdict  # the demo's line, the same
+    assert page.verdict in figure(page)._suptitle.get_text()
+    assert main(["report", "--sd-dir", str(job), "--png", str(tmp_path / "a.png")]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == page.verdict

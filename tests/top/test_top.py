@@ -293,11 +293,13 @@ def test_a_prometheus_that_is_not_there_is_an_error_line_not_a_crash():
     url = f"http://127.0.0.1:{refused_port()}"
     a = RulesSource(url, timeout=1).answers()
     assert "unreachable" in a.error and a.jobs == [] and a.processes == []
-    assert "source error" in text(a)
+    shown = text(a)  # the live view: the header and the error, no empty tables under it
+    assert "source error" in shown and "Jobs" not in shown and "only with" not in shown
     out = subprocess.run([sys.executable, "-m", "dpobs_otel.cli", "top", "--prometheus", url,
                           "--once"], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 1 and "Traceback" not in out.stderr + out.stdout
-    assert "unreachable" in out.stdout
+    assert out.returncode == 1 and out.stdout == ""  # --once: one line, no frame
+    assert len(out.stderr.splitlines()) == 1 and "unreachable" in out.stderr, out.stderr
+    assert out.stderr.startswith("dpobs top: ") and url in out.stderr
 
 
 def test_dpobs_help_lists_every_command_on_one_line():

@@ -117,7 +117,7 @@ class RayMeter:
 
     def _totals(self, batch) -> bool:
         """Adds `batch` to the totals (under self._lock); is the owned map due a prune?"""
-        ops, owned = self._ops, None
+        ops, owned, error_type = self._ops, None, self.tel.stats.error_type
         for op, method, dt, keys, nbytes, serialization, error, owned_id in batch:
             key = (op, method)
             s = ops.get(key)
@@ -132,7 +132,7 @@ class RayMeter:
                 s.write_bytes += nbytes
             if error is not None:
                 s.errors += 1
-                ekey = (op, method, error)
+                ekey = (op, method, error_type(error))
                 self._errors[ekey] = self._errors.get(ekey, 0) + 1
             if serialization:
                 self._serialization[op] = self._serialization.get(op, 0.0) + serialization
