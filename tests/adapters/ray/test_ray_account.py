@@ -84,13 +84,17 @@ def _ops(meter):
     meter.record(names.RAY_GET, "A.f", 0.5, 1, 0, 0.0, error="GetTimeoutError")
 
 
-def test_ray_ops_have_their_own_step_metrics_keys_and_no_data_plane_time(tel):
+def test_ray_ops_data_part_is_data_plane_time_and_their_whole_duration_is_not(tel):
     meter = RayMeter(tel)
     with tel.step():
         _ops(meter)
     m = tel.step_metrics()
-    assert m["dpobs/data_plane_s"] == 0 and m["dpobs/frac_of_step"] == 0
-    assert m["dpobs/busy_s"] == 0 and m["dpobs/exposed_s"] == 0
+    # put 0.004 and call 0.001 whole; a get whose data part was not told: its
+    # deserialization (0.003); the get that timed out moved nothing
+    assert m["dpobs/data_plane_s"] == pytest.approx(0.008)
+    assert m["dpobs/frac_of_step"] == pytest.approx(0.008 / m["dpobs/step_s"])
+    assert m["dpobs/ray/ray_get/data_s"] == pytest.approx(0.003)
+    assert m["dpobs/ray/ray_put/share"] == pytest.approx(0.5)
     assert not any(k.startswith("dpobs/op/") for k in m)
     assert m["dpobs/ray/ray_get/calls"] == 2 and m["dpobs/ray/ray_get/errors"] == 1
     assert m["dpobs/ray/ray_get/seconds"] == pytest.approx(2.5)
@@ -100,6 +104,39 @@ def test_ray_ops_have_their_own_step_metrics_keys_and_no_data_plane_time(tel):
     assert m["dpobs/ray/instrumentation_s"] > 0 and m["dpobs/instrumentation_s"] == 0
     again = tel.step_metrics()  # a window: what happened since the last call
     assert again["dpobs/ray/ray_get/calls"] == 0 and again["dpobs/ray/owned_mb"] > 0
+
+
+def test_data_seconds_bytes_by_locality_remote_bytes_and_the_node_are_exported(tel):
+    meter = RayMeter(tel)
+    meter.where.node = "a" * 56  # as Ray would tell it once connected
+    remote = names.RAY_REMOTE_LOCALITY
+    meter.record(names.RAY_GET, "A.f", 2.0, 2, 7000, 0.003, data=0.25,
+                 moved=((names.RAY_LOCAL, 1000, None), (remote, 6000, "b" * 56)))
+    meter.record(names.RAY_GET, "A.f", 0.1, 1, 500, 0.001, data=0.1,
+                 moved=((names.RAY_LOCAL, 500, None),))
+    meter.record(names.RAY_PUT, None, 0.004, 1, 5000, 0.001)
+    s = scrape_tel(tel)
+    moved, data = names.RAY_MOVED_SERIES, names.RAY_DATA_SERIES
+    assert value(s, moved, op="ray_get", method="A.f", locality="local") == 1500
+    assert value(s, moved, op="ray_get", method="A.f", locality="remote") == 6000
+    assert value(s, moved, op="ray_put", locality="local") == 5000
+    assert value(s, names.RAY_REMOTE_SERIES, op="ray_get", from_node="b" * 56) == 6000
+    assert value(s, data, op="ray_get", method="A.f") == pytest.approx(0.35)
+    assert value(s, data, op="ray_put") == pytest.approx(0.004)
+    fetch = names.RAY_FETCH_SERIES
+    assert value(s, fetch + "_count", op="ray_get", locality="mixed") == 1
+    assert value(s, fetch + "_sum", op="ray_get", locality="local") == pytest.approx(0.1)
+    assert value(s, names.RAY_NODE_SERIES, ray_node="a" * 56) == 1
+
+
+def test_remote_bytes_past_the_node_limit_name_other(tel):
+    meter = RayMeter(tel)
+    for i in range(names.RAY_FROM_NODE_LIMIT + 3):
+        meter.record(names.RAY_GET, None, 0.01, 1, 10, 0.001, data=0.01,
+                     moved=((names.RAY_REMOTE_LOCALITY, 10, f"{i:056x}"),))
+    s = scrape_tel(tel)
+    assert value(s, names.RAY_REMOTE_SERIES, op="ray_get", from_node="other") == 30
+    assert value(s, names.RAY_REMOTE_SERIES, op="ray_get", from_node=f"{0:056x}") == 10
 
 
 def test_ray_ops_join_the_core_series_with_their_method(tel):
