@@ -16,7 +16,7 @@ Locality of one object, from the location table:
     no node holds it and it was spilled                            spilled (restored by the op)
     no node holds it but its size is known                         local (in the process's own
                                                                    memory store: small objects)
-    the lookup failed                                              unknown
+    the lookup failed, or the entry knows neither node nor size    unknown
 A borrowed ref's table entry is what its owner said when the ref arrived and does not change
 once this process pulls the object, so the ids of the objects this process pulled are kept
 (PULLED_KEEP of them at most, then forgotten at once): the second get of one is local.
@@ -78,6 +78,8 @@ class Where:
             return (REMOTE, size, nodes[0])
         if loc.get("did_spill"):
             return (SPILLED, size, None)
+        if loc["object_size"] is None:  # known by id alone (a task's argument by ref)
+            return (UNKNOWN, size, None)
         return (LOCAL, size, None)
 
     def places(self, refs) -> list | None:

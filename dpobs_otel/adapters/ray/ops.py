@@ -24,7 +24,7 @@ from time import perf_counter
 from ... import names
 from ...shims import ray_private as ray_names
 from ..instrumentation import UNBUILT
-from .locality import UNKNOWN, Where, split
+from .locality import LOCAL, UNKNOWN, Where, split
 from .meter import DRAIN_AT
 from .methods import carried, internal
 
@@ -398,16 +398,25 @@ class Patches:
                      moved=moved or ((UNKNOWN, nbytes, None),))
 
 
-def _args_moved(where, serialized, refs) -> tuple:
-    """Where a task's arguments were: each value's ref as the worker was handed it (a
-    borrowed ref's locations are its owner's word at submission, so a copy elsewhere is
-    remote; an argument passed by value is in the task itself: local)."""
+def _args_moved(where, serialized, refs) -> tuple | None:
+    """Where a task's arguments were. One passed by value travels inside the task (its ref is
+    nil): local. One passed by ref was fetched to this node by Ray's core before any hook,
+    and the worker's own table knows only its id (Ray 2.60: no node, no size), so it is
+    unknown; only Ray's task events could tell (not read: DESIGN.md's reconciliation)."""
     values, handed = serialized[1::2], (refs or ())[1::2]
-    places = where.places([r for r in handed if r is not None]) if handed else None
-    if places is None or len(places) != len(values):
+    if len(handed) != len(values):
         return None
-    sizes = [ray_names.stored_size(entry) for entry in values]
-    return split([(w, size, node) for (w, _, node), size in zip(places, sizes)], sum(sizes))
+    by_ref = [r for r in handed if r is not None and not r.is_nil()]
+    looked = iter(where.places(by_ref) or () if by_ref else ())
+    places = []
+    for ref, entry in zip(handed, values):
+        size = ray_names.stored_size(entry)
+        if ref is None or ref.is_nil():
+            places.append((LOCAL, size, None))
+        else:
+            where_, _, node = next(looked, (UNKNOWN, 0, None))
+            places.append((where_, size, node))
+    return split(places, sum(p[1] for p in places))
 
 
 def _data_plane(meter, data: float) -> None:
