@@ -201,6 +201,13 @@ def locations_reader():
     return lookup(LOCATIONS)
 
 
+def ref_type() -> type:
+    """Ray's ObjectRef: the location lookup must be handed nothing else (Ray 2.60's
+    get_local_object_locations crashes the process on a str)."""
+    from ray import ObjectRef
+    return ObjectRef
+
+
 def on_ready(ref, callback):
     """callback(exc) once `ref`'s object exists (not fetched); returns the cancel."""
     return getattr(ref, ON_READY)(callback)

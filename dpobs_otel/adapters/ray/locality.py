@@ -51,6 +51,7 @@ class Where:
         self._read = _UNSET  # the location lookup, resolved once Ray has connected
         self.node = ""  # this process's NodeID
         self._pulled: set[bytes] = set()
+        self._ref_type = ()  # ObjectRef: the lookup is handed nothing else (it crashes)
 
     def _reader(self):
         read = self._read
@@ -59,6 +60,7 @@ class Where:
                 return None
             lacking = ray_private.locality_missing()
             read = self._read = None if lacking else ray_private.locations_reader()
+            self._ref_type = ray_private.ref_type()
             self.node = ray_private.node_id()
             if lacking:
                 self._said(lacking)
@@ -85,7 +87,7 @@ class Where:
     def places(self, refs) -> list | None:
         """Each ref's place now (None: Ray cannot tell)."""
         read = self._reader()
-        if read is None:
+        if read is None or not all(isinstance(r, self._ref_type) for r in refs):
             return None
         found = read(refs)
         return [self.place(ref, found.get(ref)) for ref in refs]
@@ -95,8 +97,8 @@ class Where:
         start = perf_counter()
         refs = list(refs) if isinstance(refs, (list, tuple)) else [refs]
         read = self._reader()
-        if read is None:
-            return Look(start, refs, None)
+        if read is None or not all(isinstance(r, self._ref_type) for r in refs):
+            return Look(start, refs, None)  # not refs: Ray's get raises (Ray's lookup crashes)
         found = read(refs)
         places, look = [], Look(start, refs, None)
         for ref in refs:
