@@ -97,6 +97,12 @@ def hosted_class() -> str:
     return next((type(a).__name__ for a in actors.values()), "")
 
 
+def connected() -> bool:
+    """Has this process finished connecting to Ray (its core worker built)? Its mode is set
+    earlier in ray.init, before the core worker exists."""
+    return bool(getattr(lookup(GLOBAL_WORKER), "connected", False))
+
+
 def in_worker() -> bool:
     """Is this process one of Ray's workers (an actor or task process), not a driver?"""
     return process_kind() == "worker"

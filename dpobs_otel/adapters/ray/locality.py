@@ -56,7 +56,7 @@ class Where:
     def _reader(self):
         read = self._read
         if read is _UNSET:
-            if ray_private.process_kind() is None:  # not connected yet: ask again later
+            if not ray_private.connected():  # its core worker not there yet: ask again
                 return None
             lacking = ray_private.locality_missing()
             read = self._read = None if lacking else ray_private.locations_reader()
