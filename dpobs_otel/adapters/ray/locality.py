@@ -94,13 +94,17 @@ class Where:
 
     # -- a get ---------------------------------------------------------------------------
     def before(self, refs) -> Look:
+        """Where a get's objects are now (read just before Ray's get runs). Every line runs
+        on each get: the one-ref case, the common one, makes no list but Ray's argument."""
         start = perf_counter()
-        refs = list(refs) if isinstance(refs, (list, tuple)) else [refs]
+        one = type(refs) is self._ref_type
+        refs = [refs] if one else (list(refs) if isinstance(refs, (list, tuple)) else [refs])
         read = self._reader()
-        if read is None or not all(isinstance(r, self._ref_type) for r in refs):
+        if read is None or not (one or all(isinstance(r, self._ref_type) for r in refs)):
             return Look(start, refs, None)  # not refs: Ray's get raises (Ray's lookup crashes)
         found = read(refs)
-        places, look = [], Look(start, refs, None)
+        look = Look(start, refs, None)
+        places = look.places = []
         for ref in refs:
             loc = found.get(ref)
             if loc is not None and loc["object_size"] is None and not loc["node_ids"]:
@@ -108,7 +112,6 @@ class Where:
                 look.cancels.append(ray_private.on_ready(ref, self._noter(look)))
             else:
                 places.append(self.place(ref, loc))
-        look.places = places
         return look
 
     @staticmethod
@@ -120,27 +123,36 @@ class Where:
     def after(self, look: Look, dt: float, nbytes: int, deserialize_s: float):
         """(data seconds, moved) of a get that returned: moved is ((locality, bytes,
         from_node), ...) adding up to nbytes, Ray's sizes of what it deserialized."""
-        end = perf_counter()
         places = look.places
         if places is None:
             return deserialize_s, ((UNKNOWN, nbytes, None),)
-        waited = [i for i, p in enumerate(places) if p is None]
-        if waited:
-            data = self._tail(look, end, len(waited), deserialize_s)
-            found = self._read([look.refs[i] for i in waited])
-            for i in waited:  # where it was made: this get brought it here if not here
-                ref = look.refs[i]
-                loc = found.get(ref)
-                if loc is not None and self.node in loc["node_ids"] \
-                        and len(loc["node_ids"]) > 1:
-                    loc = dict(loc, node_ids=[n for n in loc["node_ids"] if n != self.node])
-                places[i] = self.place(ref, loc)
+        if look.cancels:  # some object did not exist at the start: the tail only
+            data = self._tail(look, perf_counter(), len(look.cancels), deserialize_s)
+            self._made(look)
         else:
             data = dt
+        if len(places) == 1:
+            where, _, node = places[0]
+            if where is REMOTE or where is SPILLED:
+                self._pull(look.refs[0])
+            return min(max(data, deserialize_s), dt), ((where, nbytes, node),)
         for ref, (where, _, _) in zip(look.refs, places):
-            if where in (REMOTE, SPILLED):
+            if where is REMOTE or where is SPILLED:
                 self._pull(ref)
         return min(max(data, deserialize_s), dt), split(places, nbytes)
+
+    def _made(self, look) -> None:
+        """Where each object the get waited for was made: read after the get, this node
+        (which it brought the object to) left out when another node holds it too."""
+        places = look.places
+        waited = [i for i, p in enumerate(places) if p is None]
+        found = self._read([look.refs[i] for i in waited])
+        for i in waited:
+            ref = look.refs[i]
+            loc = found.get(ref)
+            if loc is not None and self.node in loc["node_ids"] and len(loc["node_ids"]) > 1:
+                loc = dict(loc, node_ids=[n for n in loc["node_ids"] if n != self.node])
+            places[i] = self.place(ref, loc)
 
     @staticmethod
     def _tail(look, end, waited, deserialize_s) -> float:
