@@ -128,10 +128,39 @@ def scenarios() -> dict:
     for name, fn in (("remote", remote), ("again", again), ("slow", slow),
                      ("mixed", mixed), ("argument", argument)):
         step(name, fn)
+    tel = _telemetry()
+    if tel is not None:
+        out["step_metrics"] = _steps(tel, producer)
     out["digest"] = digest.hexdigest()
     # With the off switch on nothing of dpobs's Ray side is loaded, nor in Ray's place.
     out["loaded"] = sorted(m for m in sys.modules if m.startswith("dpobs_otel.adapters.ray."))
     out["ray_get_is_rays"] = "dpobs_otel" not in ray.get.__code__.co_filename
+    return out
+
+
+def _telemetry():
+    """The Telemetry DPOBS_AUTO started in this driver (None: dpobs is off)."""
+    if "dpobs_otel.adapters.instrumentation" not in sys.modules:
+        return None
+    from dpobs_otel.adapters.instrumentation import _LIVE
+    return next((p.telemetry() for p in list(_LIVE) if p.telemetry() is not None), None)
+
+
+def _steps(tel, producer) -> dict:
+    """Two training steps, each one get of 4 MiB made on node B: one that waits SLOW_S for
+    its producer, one whose producer was done before the step. Each step's step_metrics()
+    with the driver's own clock of the get beside it."""
+    out = {}
+    tel.step_metrics()  # the window starts here
+    for name, delay in (("waited", SLOW_S), ("done", 0.0)):
+        ref = producer.make.remote(4 * MIB, delay)
+        if not delay:
+            ray.wait([ref], fetch_local=False)
+        with tel.step():
+            t0 = time.perf_counter()
+            ray.get(ref)
+            dt = time.perf_counter() - t0
+        out[name] = {"get_s": dt, **tel.step_metrics()}
     return out
 
 

@@ -145,6 +145,25 @@ def test_each_process_names_its_own_node(measured, cluster):
     assert nodes == {"driver": 1, "Producer": 1}
 
 
+def test_a_step_s_data_plane_time_is_its_gets_data_part_never_the_wait(measured):
+    """The headline: a step that waits 2 s for a producer on another node and then pulls
+    4 MiB reads its pull; a step whose producer was done reads its whole get."""
+    waited, done = measured["step_metrics"]["waited"], measured["step_metrics"]["done"]
+    assert waited["get_s"] >= 2.0 and waited["dpobs/step_s"] >= waited["get_s"]
+    assert 0 < waited["dpobs/data_plane_s"] < 0.25 * waited["get_s"]
+    assert 0 < waited["dpobs/exposed_s"] <= waited["dpobs/data_plane_s"] + 1e-6
+    assert waited["dpobs/busy_s"] == pytest.approx(waited["dpobs/exposed_s"], abs=1e-6)
+    assert waited["dpobs/ray/ray_get/share"] > 0.5
+    for window in (waited, done):  # the window's call (its submission) and get
+        assert window["dpobs/data_plane_s"] == pytest.approx(sum(
+            v for k, v in window.items() if k.startswith("dpobs/ray/") and
+            k.endswith("/data_s")), rel=1e-9)
+    assert 0.5 * done["get_s"] < done["dpobs/ray/ray_get/data_s"] <= done["get_s"]
+    assert done["dpobs/exposed_s"] == pytest.approx(done["dpobs/ray/ray_get/data_s"],
+                                                    rel=1e-6)
+    assert done["dpobs/frac_of_step"] > 0.5
+
+
 def test_results_are_the_same_with_and_without_dpobs_and_off_runs_nothing(
         measured, cluster, tmp_path_factory):
     plain = _drive(cluster, tmp_path_factory, "plain")
