@@ -235,3 +235,82 @@ def test_owned_bytes_forget_what_the_process_no_longer_references(tel, monkeypat
         assert len(m.pending) < 4 and len(m._owned) < 32  # they grow
     assert len(m._owned) >= 10
     assert value(scrape_tel(tel), names.RAY_OWNED_SERIES) == 10 * 100
+
+
+class _Ref:
+    def __init__(self, ident: bytes):
+        self.ident = ident
+
+    def binary(self) -> bytes:
+        return self.ident
+
+
+def _where(monkeypatch, lacking=()):
+    from dpobs_otel.adapters.ray import locality
+    from dpobs_otel.shims import ray_private
+    said = []
+    monkeypatch.setattr(ray_private, "connected", lambda: True)
+    monkeypatch.setattr(ray_private, "locality_missing", lambda: list(lacking))
+    monkeypatch.setattr(ray_private, "locations_reader", lambda: lambda refs: {})
+    monkeypatch.setattr(ray_private, "ref_type", lambda: _Ref)
+    monkeypatch.setattr(ray_private, "node_id", lambda: "A")
+    where = locality.Where(said.append)
+    where.places([])
+    return where, said
+
+
+def test_each_object_s_locality_from_ray_s_location_table(monkeypatch):
+    where, said = _where(monkeypatch)
+    L, R, S, U = (names.RAY_LOCAL, names.RAY_REMOTE_LOCALITY, names.RAY_SPILLED,
+                  names.RAY_UNKNOWN)
+
+    def place(nodes, size, spilled=False, ref=_Ref(b"o")):
+        return where.place(ref, {"node_ids": nodes, "object_size": size,
+                                 "did_spill": spilled})
+    assert place(["A", "B"], 10) == (L, 10, None)  # a copy here
+    assert place(["B", "C"], 10) == (R, 10, "B")  # pulled from the first Ray lists
+    assert place([], 10, spilled=True) == (S, 10, None)
+    assert place([], 10) == (L, 10, None)  # in the process's own memory store
+    assert place([], None) == (U, 0, None)  # the id alone: a worker's argument by ref
+    assert where.place(_Ref(b"o"), None) == (U, 0, None)  # the lookup failed
+    where._pull(_Ref(b"o"))  # this process pulled it: its borrowed entry says B still
+    assert place(["B"], 10) == (L, 10, None)
+    assert said == []
+
+
+def test_a_get_s_bytes_split_by_where_each_object_was():
+    from dpobs_otel.adapters.ray.locality import fetch_locality, split
+    L, R = names.RAY_LOCAL, names.RAY_REMOTE_LOCALITY
+    assert split([(R, 7, "B"), (R, 5, "B")], 12) == ((R, 12, "B"),)
+    moved = split([(L, 3, None), (R, 5, "B"), (R, 2, "C")], 10)
+    assert moved == ((L, 3, None), (R, 5, "B"), (R, 2, "C"))
+    assert fetch_locality(moved) == names.RAY_MIXED and fetch_locality(moved[1:]) == R
+
+
+def test_a_ray_without_the_location_table_is_unknown_said_once(monkeypatch):
+    where, said = _where(monkeypatch, lacking=["ray.ObjectRef._on_ready"])
+    look = where.before(_Ref(b"o"))
+    assert where.after(look, 0.5, 100, 0.01) == (0.01, ((names.RAY_UNKNOWN, 100, None),))
+    where.before([_Ref(b"p")])
+    assert said == [["ray.ObjectRef._on_ready"]]
+
+
+def test_a_get_that_waited_counts_from_its_last_object_s_existence(monkeypatch):
+    from dpobs_otel.adapters.ray import locality
+    from dpobs_otel.shims import ray_private
+    where, _ = _where(monkeypatch)
+    ready = []
+    monkeypatch.setattr(ray_private, "on_ready", lambda ref, cb: ready.append(cb) or (
+        lambda: None))
+    pending = {"node_ids": [], "object_size": None, "did_spill": False}
+    made = {"node_ids": ["A", "B"], "object_size": 100, "did_spill": False}
+    ref = _Ref(b"w")
+    where._read = lambda refs: {ref: made if ready else pending}  # made once noted
+    look = where.before(ref)
+    assert look.places == [None] and len(ready) == 1
+    look.start -= 2.0  # the get began 2 s ago; its object came to exist just now
+    ready[0](None)
+    data, moved = where.after(look, 2.0, 100, 0.001)
+    assert 0.001 <= data < 0.5  # the tail, not the 2 s wait
+    assert moved == ((names.RAY_REMOTE_LOCALITY, 100, "B"),)  # made on B, brought here
+    assert locality.Where.cancel(look) is None
