@@ -32,6 +32,7 @@ from helpers.ray_runs import forwarded
 MIB = 1024 * 1024
 SLOW_S = 2.0  # how long the slow producer runs before its object exists
 STORE = 100 * MIB
+SPILL_N = 12  # puts of 10 MiB: past node A's store, so the first is spilled
 
 
 @ray.remote(resources={"node_b": 0.01})
@@ -125,8 +126,19 @@ def scenarios() -> dict:
         digest.update(n.to_bytes(8, "little"))
         return truth
 
+    def spilled():  # more than node A's store holds: Ray spills the first to disk
+        refs = [ray.put(bytes([i]) * (10 * MIB)) for i in range(SPILL_N)]
+        truth = _truth(refs[0])
+        truth["did_spill"] = bool(ray.experimental.get_local_object_locations(
+            [refs[0]])[refs[0]]["did_spill"])
+        value, dt = _timed_get(refs[0])
+        digest.update(value)
+        again = ray.get(refs[0])  # restored by the first get: here now
+        digest.update(again)
+        return {**truth, "dt": dt}
+
     for name, fn in (("remote", remote), ("again", again), ("slow", slow),
-                     ("mixed", mixed), ("argument", argument)):
+                     ("mixed", mixed), ("argument", argument), ("spilled", spilled)):
         step(name, fn)
     tel = _telemetry()
     if tel is not None:

@@ -12,14 +12,18 @@ them every object is `unknown` and a get's data time is its deserialization (sai
 
 Locality of one object, from the location table:
     this node holds a copy, or this process pulled it before     local
+    ... but Ray spilled it and this process has not got it since   spilled (restored by the op)
     another node holds it                                          remote (from that node)
     no node holds it and it was spilled                            spilled (restored by the op)
     no node holds it but its size is known                         local (in the process's own
                                                                    memory store: small objects)
     the lookup failed, or the entry knows neither node nor size    unknown
 A borrowed ref's table entry is what its owner said when the ref arrived and does not change
-once this process pulls the object, so the ids of the objects this process pulled are kept
-(PULLED_KEEP of them at most, then forgotten at once): the second get of one is local.
+once this process pulls the object, and a spilled object keeps its node and did_spill after
+a restore (Ray 2.60: the table cannot tell memory from disk), so the ids of the objects this
+process pulled or restored are kept (PULLED_KEEP of them at most, then forgotten at once): the
+second get of one is local. A spilled object still in memory, or one evicted and spilled
+again after this process got it, is miscounted by that rule.
 """
 from __future__ import annotations
 
@@ -73,7 +77,9 @@ class Where:
             return (UNKNOWN, 0, None)
         nodes, size = loc["node_ids"], loc["object_size"] or 0
         if nodes:
-            if self.node in nodes:
+            if self.node in nodes:  # here, in memory or (did_spill) maybe on disk only
+                if loc.get("did_spill") and ref.binary() not in self._pulled:
+                    return (SPILLED, size, None)
                 return (LOCAL, size, None)
             if ref.binary() in self._pulled:
                 return (LOCAL, size, None)

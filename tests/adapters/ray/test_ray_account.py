@@ -270,6 +270,9 @@ def test_each_object_s_locality_from_ray_s_location_table(monkeypatch):
     assert place(["A", "B"], 10) == (L, 10, None)  # a copy here
     assert place(["B", "C"], 10) == (R, 10, "B")  # pulled from the first Ray lists
     assert place([], 10, spilled=True) == (S, 10, None)
+    assert place(["A"], 10, spilled=True, ref=_Ref(b"s")) == (S, 10, None)  # on disk here
+    where._pull(_Ref(b"s"))  # restored by this process: did_spill stays, the copy is here
+    assert place(["A"], 10, spilled=True, ref=_Ref(b"s")) == (L, 10, None)
     assert place([], 10) == (L, 10, None)  # in the process's own memory store
     assert place([], None) == (U, 0, None)  # the id alone: a worker's argument by ref
     assert where.place(_Ref(b"o"), None) == (U, 0, None)  # the lookup failed

@@ -136,6 +136,16 @@ def test_a_worker_s_argument_by_ref_is_unknown_by_value_local(measured, cluster)
     assert args("remote", METHOD, "local") > 0 and args("remote", METHOD, "unknown") == 0
 
 
+def test_a_spilled_object_is_restored_by_its_first_get_and_local_after(measured):
+    truth = measured["steps"]["spilled"]["truth"]
+    assert truth["did_spill"], "Ray did not spill the first of the puts"
+    moved = {w: _delta(measured, "spilled", "driver", MOVED, op=names.RAY_GET, locality=w)
+             for w in ("spilled", "local", "remote", "unknown")}
+    assert moved == {"spilled": truth["size"], "local": truth["size"], "remote": 0,
+                     "unknown": 0}
+    assert _get(measured, "spilled", FETCH + "_count", locality="spilled") == 1
+
+
 def test_each_process_names_its_own_node(measured, cluster):
     after = measured["steps"]["argument"]["after"]
     nodes = {t["labels"]["role"]: sample(t["samples"], names.RAY_NODE_SERIES, None,
