@@ -81,6 +81,10 @@ class CriticalPath:
         # whole value to the rate: busy_frac read high on TransferQueue that way; the figure
         # is in docs/development/performance.md, "Time on the critical path").
         self._reported = (0.0, 0.0)
+        # For add_past(): when ops in flight last fell to none, and the latest past interval's
+        # end; busy up to either is counted already.
+        self._idle_since = 0.0
+        self._past_end = 0.0
 
     # -- ops ----------------------------------------------------------------------------
     # begin() and end() run on every op: one short lock hold each, taken with
@@ -113,8 +117,10 @@ class CriticalPath:
         lock.acquire()
         try:
             self._inflight -= 1
-            if not self._inflight and self._steps:
-                self._busy += max(t2 - self._busy_since, 0.0)
+            if not self._inflight:
+                self._idle_since = t2
+                if self._steps:
+                    self._busy += max(t2 - self._busy_since, 0.0)
         finally:
             lock.release()
         if step is not None:
@@ -125,6 +131,33 @@ class CriticalPath:
         waits for it is known, once it is awaited (awaited()); a coroutine never awaited
         never ran."""
         self.end(step, t1, t1)
+
+    def add_past(self, t1: float, t2: float) -> None:
+        """A data-plane interval [t1, t2] learned only at its end, on the op's own thread (a
+        Ray get's tail: the part after its last object existed). Busy: the part of it no
+        other op's interval counted (the latest such intervals: gaps between earlier ones
+        inside it are left out); exposed: all of it when the caller is the step's own thread
+        and not inside an exposure already open (tel.waiting()). One lock hold; nothing at
+        all while no step is open."""
+        if not self._steps or t2 <= t1:
+            return
+        lock = self.lock
+        lock.acquire()
+        try:
+            if self._steps:
+                lo = max(t1, self._idle_since, self._past_end)
+                hi = min(t2, self._busy_since) if self._inflight else t2
+                if hi > lo:
+                    self._busy += hi - lo
+                if t2 > self._past_end:
+                    self._past_end = t2
+        finally:
+            lock.release()
+        step = _STEP.get()
+        if step is not None and step.owns(self) and not step.closed:
+            acc, since, depth = step.state
+            if not depth:
+                step.state = (acc + (t2 - t1), since, 0)
 
     def _in_flight(self, t: float | None) -> float:
         """One more op in flight from t (None: the clock, read under the lock); returns t."""

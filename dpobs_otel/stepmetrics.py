@@ -33,6 +33,9 @@ class _Snapshot:
     codec: dict[str, float] = field(default_factory=dict)
     guard: dict[str, float] = field(default_factory=dict)
     weights: dict = field(default_factory=dict)  # weights/meter.py WeightStats.snapshot()
+    # op -> data seconds of the accounts kept beside the core's (Ray's: a Ray op's
+    # moving-data part, never its wait for a producer)
+    data: dict[str, float] = field(default_factory=dict)
 
 
 class StepMetrics:
@@ -55,6 +58,9 @@ class StepMetrics:
                 s.window_max = 0.0  # a maximum cannot be differenced: the reader resets it
             snap.codec = dict(st.codec_seconds)
             snap.instrumentation_s = sum(st.instr_seconds.values())
+        for account in st.accounts:
+            for op, seconds in account.data_seconds().items():
+                snap.data[op] = snap.data.get(op, 0.0) + seconds
         snap.busy_s, snap.exposed_s = self._critical.totals()
         if self._guard is not None:
             snap.guard = guard_flat(self._guard.totals())
@@ -68,7 +74,8 @@ class StepMetrics:
         step_s = now.step_s - prev.step_s
         deltas = {op: [a - b for a, b in zip(v, prev.ops.get(op, (0, 0, 0, 0)))]
                   for op, v in now.ops.items()}
-        dp = sum(d[0] for d in deltas.values())
+        data = {op: v - prev.data.get(op, 0.0) for op, v in now.data.items()}
+        dp = sum(d[0] for d in deltas.values()) + sum(data.values())
         out = {"dpobs/step_s": step_s, "dpobs/steps": now.steps - prev.steps,
                "dpobs/data_plane_s": dp}
         busy, exposed = now.busy_s - prev.busy_s, now.exposed_s - prev.exposed_s
@@ -86,6 +93,8 @@ class StepMetrics:
             out[p + "share"] = seconds / dp if dp > 0 else 0.0
             out[p + "max_latency_s"] = now.max_s[op]
             out[p + "mb"] = nbytes / MB
+        for op in sorted(data):  # Ray's ops: the share of their data seconds
+            out[f"dpobs/ray/{op}/share"] = data[op] / dp if dp > 0 else 0.0
         for stage, sec in now.codec.items():
             out[f"dpobs/codec/{stage}_s"] = sec - prev.codec.get(stage, 0.0)
         for key, v in now.guard.items():

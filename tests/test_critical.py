@@ -394,6 +394,49 @@ def test_busy_is_exact_on_a_known_timeline():
     assert cp.totals(14.0) == (pytest.approx(1 + 3 + 2), pytest.approx(3 + 2))
 
 
+def _elsewhere(fn):
+    """fn() on another thread (no step of its own: its ops are never this step's exposure)."""
+    out = []
+    t = threading.Thread(target=lambda: out.append(fn()))
+    t.start()
+    t.join()
+    return out[0]
+
+
+def test_a_past_interval_counts_where_nothing_else_did_on_a_known_timeline():
+    """A Ray get's data part is learned at its end (add_past). Synthetic times: a step open
+    over [0, 20]; another thread's op [2, 6]; this thread's past intervals [4, 8] (busy from
+    6, where the op ended) and [8.5, 9.5]; another thread's op [12, 16] in flight while the
+    past [10, 14] is added (busy 10..12 only: the op counts the rest). Exposed: each past
+    interval whole (this thread owns the step)."""
+    from dpobs_otel.critical import CriticalPath
+
+    cp = CriticalPath()
+    opened = cp.step_begin(0.0)
+    _elsewhere(lambda: cp.end(cp.begin(2.0), 2.0, 6.0))
+    cp.add_past(4.0, 8.0)
+    cp.add_past(8.5, 9.5)
+    c = _elsewhere(lambda: cp.begin(12.0))
+    cp.add_past(10.0, 14.0)
+    _elsewhere(lambda: cp.end(c, 12.0, 16.0))
+    cp.step_end(opened, 20.0)
+    assert cp.totals(20.0) == (pytest.approx(4 + 2 + 1 + 2 + 4), pytest.approx(4 + 1 + 4))
+
+
+def test_a_past_interval_outside_a_step_inside_an_exposure_or_elsewhere_exposes_nothing():
+    from dpobs_otel.critical import CriticalPath
+
+    cp = CriticalPath()
+    cp.add_past(0.0, 1.0)  # no step open: nothing at all
+    opened = cp.step_begin(2.0)
+    a = cp.begin(3.0)  # this thread's op: exposed and busy over [3, 5]
+    cp.add_past(3.5, 4.5)  # inside it: counted already, both ways
+    cp.end(a, 3.0, 5.0)
+    _elsewhere(lambda: cp.add_past(6.0, 7.0))  # another thread's: busy, never exposed
+    cp.step_end(opened, 10.0)
+    assert cp.totals(10.0) == (pytest.approx(2 + 1), pytest.approx(2))
+
+
 def test_a_reading_between_an_ops_clock_and_its_end_never_goes_back():
     """end() and step_end() get times read before they take the lock; a scrape in between
     counts open intervals up to its own later clock. The counters it feeds must not then

@@ -14,6 +14,7 @@ Cython with no Python frame of Ray's in between. tests/shims/test_ray_private.py
 from __future__ import annotations
 
 import importlib
+import sys
 
 # (module, attribute path) of each private name used; the patching sites first.
 SERIALIZE = ("ray._private.serialization", "SerializationContext.serialize")
@@ -96,6 +97,12 @@ def hosted_class() -> str:
     return next((type(a).__name__ for a in actors.values()), "")
 
 
+def connected() -> bool:
+    """Has this process finished connecting to Ray (its core worker built)? Its mode is set
+    earlier in ray.init, before the core worker exists."""
+    return bool(getattr(lookup(GLOBAL_WORKER), "connected", False))
+
+
 def in_worker() -> bool:
     """Is this process one of Ray's workers (an actor or task process), not a driver?"""
     return process_kind() == "worker"
@@ -162,3 +169,78 @@ def is_args(values) -> bool:
         return False
     dummy = lookup(DUMMY)
     return all(isinstance(v, str) or (type(v) is bytes and v == dummy) for v in values[0::2])
+
+
+# -- where objects are: locality and the moment an object came to exist ----------------------
+# The core worker's own table of object locations (what ray.experimental.
+# get_local_object_locations reads): no RPC, about 1 us a ref. For a ref this process owns it
+# follows the object (a copy pulled here adds this node); for a borrowed ref it is what the
+# owner said when the ref arrived and never changes after.
+LOCATIONS = ("ray._private.worker", "global_worker.core_worker.get_local_object_locations")
+# ObjectRef._on_ready(callback) (Ray 2.60; absent before): callback(exc) once the object
+# exists, without fetching or deserializing it (unlike .future() and _on_completed, which
+# do both and so would change what the program moves: never used).
+ON_READY = "_on_ready"
+LOCALITY_NAMES = ("ray._private.worker.global_worker.core_worker.get_local_object_locations",
+                  "ray.ObjectRef._on_ready")
+
+
+def locality_missing() -> list[str]:
+    """What this Ray lacks to tell where an op's objects were and when they came to exist
+    (empty: nothing). Asked once Ray is connected (the core worker exists only then)."""
+    out = []
+    try:
+        lookup(LOCATIONS)
+    except (ImportError, AttributeError):
+        out.append(LOCALITY_NAMES[0])
+    try:
+        from ray import ObjectRef
+        getattr(ObjectRef, ON_READY)
+    except (ImportError, AttributeError):
+        out.append(LOCALITY_NAMES[1])
+    return out
+
+
+def locations_reader():
+    """The core worker's location lookup: refs -> {ref: {node_ids, object_size, did_spill}}
+    (a ref whose lookup failed is left out)."""
+    return lookup(LOCATIONS)
+
+
+def ref_type() -> type:
+    """Ray's ObjectRef: the location lookup must be handed nothing else (Ray 2.60's
+    get_local_object_locations crashes the process on a str)."""
+    from ray import ObjectRef
+    return ObjectRef
+
+
+def on_ready(ref, callback):
+    """callback(exc) once `ref`'s object exists (not fetched); returns the cancel."""
+    return getattr(ref, ON_READY)(callback)
+
+
+def node_id() -> str:
+    """This process's Ray NodeID (hex), '' where it cannot be read."""
+    try:
+        node = lookup(GLOBAL_WORKER).current_node_id
+        return node.hex() if node is not None else ""
+    except Exception:
+        return ""
+
+
+def this_frame():
+    """The Python frame of the function that calls this one: with caller_name(), how the
+    deserializer hook tells Ray's error path from a task's arguments (Ray leaves no other
+    sign of it)."""
+    return sys._getframe(1)
+
+
+def caller_name(frame) -> str:
+    """The name of the Python function that called the one running `frame` ('' when Ray's
+    Cython core called it directly): Worker.deserialize_objects is called by Ray's
+    `raise_errors` when Ray reads an error to raise it, which is not a task's arguments."""
+    back = frame.f_back
+    return back.f_code.co_name if back is not None else ""
+
+
+RAISES_ERRORS = "raise_errors"  # Ray's function that deserializes errors to raise them

@@ -20,7 +20,7 @@ def run_job(tmp_path: Path, module: str = "helpers.ray_job", timeout: float = 24
     """What `module` wrote to its OUT.json; its stderr in the failure when it exits non-zero."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     base = {k: v for k, v in os.environ.items() if not k.startswith(("DPOBS_", "OTEL_"))}
-    base.update(LOOPBACK_ENV, PYTHONPATH=str(TESTS), **env)
+    base.update(LOOPBACK_ENV, PYTHONPATH=tests_path(), **env)
     out = tmp_path / "out.json"
     r = subprocess.run([sys.executable, "-m", module, str(out)], env=base, cwd=tmp_path,
                        capture_output=True, text=True, timeout=timeout)
@@ -42,8 +42,16 @@ def forwarded() -> dict:
     """The env_vars a job hands its actors through runtime_env, as a user would: its DPOBS_*
     and OTEL_* variables, and the path the actors import the job's classes from."""
     env = {k: v for k, v in os.environ.items() if k.startswith(("DPOBS_", "OTEL_"))}
-    env["PYTHONPATH"] = str(TESTS)
+    env["PYTHONPATH"] = tests_path()
     return env
+
+
+def tests_path() -> str:
+    """PYTHONPATH for a job and its actors: the tests' helpers, before whatever this process
+    was given (a checkout's own tree, which must win over an installed dpobs-otel in the
+    processes it starts too)."""
+    inherited = os.environ.get("PYTHONPATH", "")
+    return os.pathsep.join([str(TESTS)] + ([inherited] if inherited else []))
 
 
 def job_main(produce, **init) -> None:

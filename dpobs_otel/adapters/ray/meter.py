@@ -1,5 +1,10 @@
 """The account of one process's Ray ops, kept beside the core's (never in it: a ray_get blocks
-for the remote method's whole run, so Ray ops are not data-plane time; DESIGN.md says why).
+for the remote method's whole run, so a Ray op's whole duration is not data-plane time;
+DESIGN.md says why). Its moving-data part is (locality.py says how it is found): each op's
+data seconds (dpobs_ray_data_seconds_total), its bytes by where they were
+(dpobs_ray_moved_bytes_total), remote bytes by source node (dpobs_ray_remote_bytes_total),
+the fetch time of gets by locality (dpobs_ray_fetch_duration_seconds) and this process's
+NodeID (dpobs_ray_node_info); step_metrics() adds the data seconds to data_plane_s.
 
 Each op is one observation of the core's op duration histogram with attributes op and, where
 known, method; its keys, bytes and errors join the core's counters at collection through
@@ -18,6 +23,7 @@ from ... import instruments, names
 from ...shims.otel_histogram import ClassicRecord
 from ...shims.otel_sdk import BoundRecord
 from ...stats import OpStats
+from .locality import LOCAL, UNKNOWN, Where, fetch_locality
 from .methods import Methods
 
 MB = 1e6
@@ -33,11 +39,16 @@ READS = frozenset(op for op, d in names.RAY_OPS.items() if d == "read")
 SERIALIZES = {names.RAY_PUT: "serialize", names.RAY_CALL: "serialize",
               names.RAY_RETURN: "serialize", names.RAY_GET: "deserialize",
               names.RAY_ARGS: "deserialize"}
+# Ops whose whole duration is moving data (DESIGN.md's table); a read's is its tail, found
+# by the op (locality.py), and a return's what this process sees of it (serialization).
+ALL_DATA = frozenset({names.RAY_PUT, names.RAY_CALL})
+OTHER = "other"  # from_node past RAY_FROM_NODE_LIMIT
 
 
 class RayMeter:
     def __init__(self, tel, lacking=()):
         self.tel = tel
+        self.critical = tel.critical  # the ops add their data part to it (ops._data_plane)
         if lacking:  # counted once per process: bytes and the workers' side are left out
             tel.internal_error(names.COMPONENT_RAY_PRIVATE,
                                RuntimeError(f"Ray lacks {', '.join(lacking)}"))
@@ -51,6 +62,11 @@ class RayMeter:
         self._errors: dict[tuple, int] = {}  # (op, method or None, error type) -> calls
         self._serialization: dict[str, float] = {}  # op -> seconds in Ray's serializer
         self._owned: dict[str, int] = {}  # object id (hex) -> size, of refs this process put
+        self._moved: dict[tuple, int] = {}  # (op, method, locality) -> bytes
+        self._remote: dict[tuple, int] = {}  # (op, from_node) -> bytes
+        self._data: dict[tuple, float] = {}  # (op, method) -> data seconds
+        self._from_nodes: set[str] = set()  # the NodeIDs named so far (RAY_FROM_NODE_LIMIT)
+        self.where = Where(self._lacks_locality)
         self._prune_at = PRUNE_EVERY
         self._own_seconds = 0.0  # dpobs's own time on Ray ops (component "ray")
         self._records: dict[tuple, BoundRecord] = {}
@@ -62,21 +78,42 @@ class RayMeter:
                                                {"op": op, "direction": d}, names.OP_BUCKETS,
                                                tel.internal_error)
                              for op, d in SERIALIZES.items()}
+        self._fetch_hist = instruments.create(tel.meter, names.RAY_FETCH)
+        self._fetch_records: dict[tuple, ClassicRecord] = {}
+        on_error = instruments.exported(tel.internal_error)
+        for name, observe in ((names.RAY_MOVED, self._observe_moved),
+                              (names.RAY_REMOTE, self._observe_remote),
+                              (names.RAY_DATA, self._observe_data),
+                              (names.RAY_NODE, self._observe_node)):
+            instruments.create(tel.meter, name, observe, on_error)
         with tel.stats.lock:
             tel.stats.accounts.append(self)
         threading.Thread(target=_add_up, args=(weakref.ref(self),), daemon=True,
                          name="dpobs-ray-account").start()
 
+    def _lacks_locality(self, lacking) -> None:
+        """Said once per process: this Ray cannot tell where objects were."""
+        import logging
+        logging.getLogger(__name__).warning(
+            "dpobs: this Ray lacks %s: Ray ops' locality is counted as unknown and a get's "
+            "data time as its deserialization", ", ".join(lacking))
+        self.tel.internal_error(names.COMPONENT_RAY_PRIVATE,
+                                RuntimeError(f"Ray lacks {', '.join(lacking)}"))
+
     # -- the op path ------------------------------------------------------------------------
     def record(self, op: str, method, dt: float, keys: int, nbytes: int = 0,
-               serialization: float = 0.0, error: str | None = None, owned=None) -> None:
+               serialization: float = 0.0, error: str | None = None, owned=None,
+               data: float | None = None, moved: tuple | None = None) -> None:
         """One Ray op: its duration, keys, bytes (in the op's direction), the seconds of it
-        spent serializing, its error type if it raised, and the binary id of the object it
-        put (owned). Kept as it is until the meter's thread, a collection or window() adds it
+        spent serializing, its error type if it raised, the binary id of the object it put
+        (owned), its data seconds (None: the op's own rule, data_seconds()) and where its
+        bytes were ((locality, bytes, from_node), ...; None: local for writes, unknown for
+        reads). Kept as it is until the meter's thread, a collection or window() adds it
         up in a batch: run between Ray's own calls, on the op's way, the account's work cost
         several times what it costs run back to back (docs/development/performance.md)."""
         pending = self.pending
-        pending.append((op, method, dt, keys, nbytes, serialization, error, owned))
+        pending.append((op, method, dt, keys, nbytes, serialization, error, owned, data,
+                        moved))
         if len(pending) >= DRAIN_AT:
             self.drain()
 
@@ -103,23 +140,41 @@ class RayMeter:
     def _histograms(self, batch) -> None:
         """The batch's op durations and serialization seconds into their histograms, grouped
         by attribute set (one bulk update of each serialization aggregation)."""
-        durations, serialization = {}, {}
-        for op, method, dt, _, _, seconds, error, _ in batch:
+        durations, serialization, fetch = {}, {}, {}
+        for rec in batch:
+            op, method, dt, _, nbytes, seconds, error = rec[:7]
             durations.setdefault((op, method), []).append(dt)
             if op in SERIALIZES and (seconds or error is None):
                 serialization.setdefault(op, []).append(seconds)
+            if op in READS and error is None:
+                data, moved = _data_moved(rec)
+                where = fetch_locality(moved) if moved else UNKNOWN
+                fetch.setdefault((op, where), []).append(data)
         for key, values in durations.items():
             record = self._records.get(key) or self._bind(*key)
             for v in values:
                 record(v)
         for op, values in serialization.items():
             self._ser_records[op].many(values)
+        for key, values in fetch.items():
+            record = self._fetch_records.get(key)
+            if record is None:
+                record = self._fetch_records[key] = ClassicRecord(
+                    self._fetch_hist, {"op": key[0], names.RAY_LOCALITY: key[1]},
+                    names.OP_BUCKETS, self.tel.internal_error)
+            record.many(values)
 
     def _totals(self, batch) -> bool:
         """Adds `batch` to the totals (under self._lock); is the owned map due a prune?"""
         ops, owned, error_type = self._ops, None, self.tel.stats.error_type
-        for op, method, dt, keys, nbytes, serialization, error, owned_id in batch:
+        for rec in batch:
+            op, method, dt, keys, nbytes, serialization, error, owned_id = rec[:8]
             key = (op, method)
+            data, moved = _data_moved(rec)
+            if data:
+                self._data[key] = self._data.get(key, 0.0) + data
+            if moved is not None and error is None:
+                self._add_moved(op, method, moved)
             s = ops.get(key)
             if s is None:
                 s = ops[key] = OpStats()
@@ -140,6 +195,20 @@ class RayMeter:
                 owned = self._owned
                 owned[owned_id.hex()] = nbytes
         return owned is not None and len(owned) >= self._prune_at
+
+    def _add_moved(self, op, method, moved) -> None:
+        """An op's bytes by where they were, and remote ones by source node (bounded)."""
+        for where, nbytes, node in moved:
+            key = (op, method, where)
+            self._moved[key] = self._moved.get(key, 0) + nbytes
+            if node is not None:
+                if node not in self._from_nodes:
+                    if len(self._from_nodes) >= names.RAY_FROM_NODE_LIMIT:
+                        node = OTHER
+                    else:
+                        self._from_nodes.add(node)
+                rkey = (op, node)
+                self._remote[rkey] = self._remote.get(rkey, 0) + nbytes
 
     def _bind(self, op, method) -> BoundRecord:
         attrs = {"op": op} if method is None else {"op": op, names.RAY_METHOD: method}
@@ -186,6 +255,46 @@ class RayMeter:
                         for (op, m), s in self._ops.items() if names.RAY_OPS[op]]
         return []
 
+    def _observe_moved(self) -> list:
+        from opentelemetry.metrics import Observation
+        self.drain()
+        with self._lock:
+            return [Observation(n, _attrs(op, m, **{names.RAY_LOCALITY: w}))
+                    for (op, m, w), n in self._moved.items()]
+
+    def _observe_remote(self) -> list:
+        from opentelemetry.metrics import Observation
+        self.drain()
+        with self._lock:
+            return [Observation(n, {"op": op, names.RAY_FROM_NODE: node})
+                    for (op, node), n in self._remote.items()]
+
+    def _observe_data(self) -> list:
+        from opentelemetry.metrics import Observation
+        self.drain()
+        with self._lock:
+            return [Observation(s, _attrs(op, m)) for (op, m), s in self._data.items()]
+
+    def _observe_node(self) -> list:
+        """1 naming this process's NodeID, once Ray has told it (the process's own `node`
+        label comes with every series, so rules join ray_node to node)."""
+        from opentelemetry.metrics import Observation
+        node = self.where.node or ""
+        if not node:
+            self.where.places([])  # reads the NodeID once Ray has connected
+            node = self.where.node
+        return [Observation(1, {names.RAY_NODE_LABEL: node})] if node else []
+
+    def data_seconds(self) -> dict[str, float]:
+        """op -> the data seconds of its ops so far (summed over methods): step_metrics()'s
+        data_plane_s takes these, never a Ray op's whole duration."""
+        self.drain()
+        out: dict[str, float] = {}
+        with self._lock:
+            for (op, _), s in self._data.items():
+                out[op] = out.get(op, 0.0) + s
+        return out
+
     def _observe_owned(self) -> list:
         from opentelemetry.metrics import Observation
         self.drain()
@@ -194,7 +303,7 @@ class RayMeter:
             return [Observation(sum(self._owned.values()))]
 
     def window(self) -> dict[str, float]:
-        """`dpobs/ray/<op>/{seconds,calls,errors,mb,serialization_s}` since the last call
+        """`dpobs/ray/<op>/{seconds,calls,errors,mb,serialization_s,data_s}` since the last call
         (every op once used, summed over methods), dpobs's own time on them
         (`dpobs/ray/instrumentation_s`) and `dpobs/ray/owned_mb`."""
         now: dict[str, float] = {}
@@ -208,12 +317,33 @@ class RayMeter:
                     now[p + key] = now.get(p + key, 0) + v
                 if op in SERIALIZES:
                     now[p + "serialization_s"] = self._serialization.get(op, 0.0)
+            for (op, _), seconds in self._data.items():
+                key = f"dpobs/ray/{op}/data_s"
+                now[key] = now.get(key, 0.0) + seconds
             owned = sum(self._owned.values()) / MB
             now["dpobs/ray/instrumentation_s"] = self._own_seconds
         prev, self._prev = self._prev, now
         out = {k: v - prev.get(k, 0) for k, v in now.items()}
         out["dpobs/ray/owned_mb"] = owned
         return out
+
+
+def _attrs(op, method, **more) -> dict:
+    out = {"op": op, **more}
+    if method is not None:
+        out[names.RAY_METHOD] = method
+    return out
+
+
+def _data_moved(rec) -> tuple:
+    """(data seconds, moved) of a record, by the op's rule where the op left them out."""
+    op, dt, nbytes, serialization, error = rec[0], rec[2], rec[4], rec[5], rec[6]
+    data, moved = rec[8:10] if len(rec) > 8 else (None, None)
+    if data is None:
+        data = dt if op in ALL_DATA and error is None else serialization
+    if moved is None and nbytes:
+        moved = ((UNKNOWN if op in READS else LOCAL, nbytes, None),)
+    return data, moved
 
 
 def _add_up(meter_ref) -> None:

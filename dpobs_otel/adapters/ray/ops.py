@@ -9,17 +9,22 @@ object deserialized outside a frame is an `await ref` (ray_get, its duration the
 deserialization: an ObjectRef's await cannot be hooked safely, so the time it waited is not
 seen). Each wrapper calls Ray's own function with exactly the caller's arguments and returns
 or raises exactly what it did; dpobs's own failures are counted under `ray` and swallowed.
+
+Each op also records its moving-data part (locality.py): a get looks where its objects are
+before Ray's get runs (on its own thread, in Ray's get's place: the same in C and in Python)
+and turns that into data seconds and bytes by locality at its end; that part joins the
+process's critical path as a past interval (critical.CriticalPath.add_past).
 """
 from __future__ import annotations
 
 import functools
-import sys
 import threading
 from time import perf_counter
 
 from ... import names
 from ...shims import ray_private as ray_names
 from ..instrumentation import UNBUILT
+from .locality import LOCAL, UNKNOWN, Where, split
 from .meter import DRAIN_AT
 from .methods import carried, internal
 
@@ -124,6 +129,8 @@ class Patches:
     def _failed(self, meter, op, method, args, kwargs, dt, frame, exc):
         keys = 0
         if op == names.RAY_GET:  # the refs it asked for, and whose method they came from
+            look, _local.look = getattr(_local, "look", None), None
+            Where.cancel(look)
             refs = _refs(args, kwargs, "object_refs")
             method, keys = self._safely(meter.methods.of, refs), len(refs)
         meter.record(op, method, dt, keys, frame.nbytes, frame.seconds,
@@ -132,12 +139,35 @@ class Patches:
     # -- ray.put, ray.get, ray.wait ----------------------------------------------------------
     def put(self, fn):
         def entry(meter, ref, dt, frame, args, kwargs):
+            _data_plane(meter, dt)
             return (names.RAY_PUT, None, dt, 1, frame.nbytes, frame.seconds, None,
                     ref.binary())
         return self._wrap(fn, names.RAY_PUT, entry)
 
     def get(self, fn):
+        local, per_process, failed = _local, self.per_process, self.failed
+
+        @functools.wraps(fn)
+        def located(*args, **kwargs):
+            """Ray's get, after a look at where its objects are (only inside a measured op:
+            the meter is built by then)."""
+            meter = per_process.current
+            if meter is not None and meter is not UNBUILT:
+                try:
+                    local.look = meter.where.before(args[0] if args
+                                                    else kwargs.get("object_refs"))
+                except Exception as exc:
+                    local.look = None
+                    failed(exc)
+            return fn(*args, **kwargs)
+
         def entry(meter, values, dt, frame, args, kwargs):
+            look, local.look = getattr(local, "look", None), None
+            if look is not None:
+                data, moved = meter.where.after(look, dt, frame.nbytes, frame.seconds)
+            else:
+                data, moved = frame.seconds, ((UNKNOWN, frame.nbytes, None),)
+            _data_plane(meter, data)
             refs = args[0] if args else kwargs.get("object_refs")
             methods, method = meter.methods, None
             if isinstance(refs, (list, tuple)):
@@ -150,21 +180,25 @@ class Patches:
                     method = methods.of_one(refs) if methods.known else None
                 except Exception as exc:
                     self.failed(exc)
-            return (names.RAY_GET, method, dt, keys, frame.nbytes, frame.seconds, None, None)
-        return self._wrap(fn, names.RAY_GET, entry)
+            return (names.RAY_GET, method, dt, keys, frame.nbytes, frame.seconds, None, None,
+                    data, moved)
+        return self._wrap(located, names.RAY_GET, entry, fn)
 
     def wait(self, fn):
         def entry(meter, result, dt, frame, args, kwargs):
             return (names.RAY_WAIT, None, dt, len(result[0]), 0, 0.0, None, None)
         return self._wrap(fn, names.RAY_WAIT, entry)
 
-    def _wrap(self, fn, op, entry):
+    def _wrap(self, fn, op, entry, ray_fn=None):
+        """fn measured; the result carries the name and signature of Ray's own (ray_fn,
+        where fn is dpobs's own around it)."""
         measured = self.measured(op, fn, entry)
+        original = fn if ray_fn is None else ray_fn
         if FAST is not None:  # a function, as Ray's own is (`inspect`), around the C op
             def call(*args, **kwargs):
                 return measured(*args, **kwargs)
-            return functools.wraps(fn)(call)
-        return functools.wraps(fn)(measured)
+            return functools.wraps(original)(call)
+        return functools.wraps(original)(measured)
 
     # -- a remote call's submission ----------------------------------------------------------
     def actor_call(self, fn):
@@ -200,6 +234,7 @@ class Patches:
         sees it too."""
         def entry(meter, result, dt, frame, args, kwargs):
             self._safely(meter.methods.returned, result, label)
+            _data_plane(meter, dt)
             return (names.RAY_CALL, label, dt, frame.count, frame.nbytes, frame.seconds,
                     None, None)
         # Ray serializes a keyword argument's name beside its value, and a marker beside each
@@ -272,7 +307,7 @@ class Patches:
                         frame.seconds += dt
                 else:
                     self._read_outside((worker, serialized, refs, *args), kwargs, out, dt,
-                                       sys._getframe())
+                                       ray_names.this_frame())
             except Exception as exc:
                 self.failed(exc)
             return out
@@ -285,7 +320,8 @@ class Patches:
         own (rdt_objects)."""
         _, serialized, refs, *rest = args
         if not rest and (kwargs or {}).get("rdt_objects") is None \
-                and _caller(hook or sys._getframe()) != "raise_errors":
+                and ray_names.caller_name(hook or ray_names.this_frame()) \
+                != ray_names.RAISES_ERRORS:
             self._unframed_read(serialized, refs, values, dt)
 
     def _in_worker(self) -> bool:
@@ -313,15 +349,17 @@ class Patches:
         if meter is None:
             return
         if self._in_worker() and ray_names.is_args(values):
-            args = (len(values) // 2, sum(map(ray_names.stored_size, serialized[1::2])), dt)
+            args = (len(values) // 2, sum(map(ray_names.stored_size, serialized[1::2])), dt,
+                    self._safely(_args_moved, meter.where, serialized, refs))
             if ray_names.hosts_actor():  # the method's executor, next, records them
                 _local.args = args
                 return
             cls, _, name = ray_names.current_task().rpartition(".")
-            meter.record(names.RAY_ARGS, meter.methods.label(cls, name), dt, *args[:2], dt)
+            self._args_done(meter, meter.methods.label(cls, name), args)
         elif len(serialized) == 1 and refs and refs[0] is not None:  # an `await ref`
-            meter.record(names.RAY_GET, meter.methods.of(refs), dt, 1,
-                         ray_names.stored_size(serialized[0]), dt)
+            nbytes = ray_names.stored_size(serialized[0])
+            meter.record(names.RAY_GET, meter.methods.of(refs), dt, 1, nbytes, dt,
+                         data=dt, moved=((UNKNOWN, nbytes, None),))
 
 
     def executor(self, fn):
@@ -352,15 +390,42 @@ class Patches:
 
     @staticmethod
     def _args_done(meter, method, pending):
-        keys, nbytes, dt = pending
-        meter.record(names.RAY_ARGS, method, dt, keys, nbytes, dt)
+        """A task's arguments: their data time is their deserialization (the fetch to this
+        node happens inside Ray's core before any hook, and only Ray's task events time it:
+        not read), their locality what the refs the worker was handed say."""
+        keys, nbytes, dt, moved = pending
+        meter.record(names.RAY_ARGS, method, dt, keys, nbytes, dt, data=dt,
+                     moved=moved or ((UNKNOWN, nbytes, None),))
 
 
-def _caller(frame) -> str:
-    """The name of the Python function that called the one running `frame` ('' when Ray's
-    Cython core called it directly)."""
-    back = frame.f_back
-    return back.f_code.co_name if back is not None else ""
+def _args_moved(where, serialized, refs) -> tuple | None:
+    """Where a task's arguments were. One passed by value travels inside the task (its ref is
+    nil): local. One passed by ref was fetched to this node by Ray's core before any hook,
+    and the worker's own table knows only its id (Ray 2.60: no node, no size), so it is
+    unknown; only Ray's task events could tell (not read: DESIGN.md's reconciliation)."""
+    values, handed = serialized[1::2], (refs or ())[1::2]
+    if len(handed) != len(values):
+        return None
+    by_ref = [r for r in handed if r is not None and not r.is_nil()]
+    looked = iter(where.places(by_ref) or () if by_ref else ())
+    places = []
+    for ref, entry in zip(handed, values):
+        size = ray_names.stored_size(entry)
+        if ref is None or ref.is_nil():
+            places.append((LOCAL, size, None))
+        else:
+            where_, _, node = next(looked, (UNKNOWN, 0, None))
+            places.append((where_, size, node))
+    return split(places, sum(p[1] for p in places))
+
+
+def _data_plane(meter, data: float) -> None:
+    """The op's data part, just ended, onto the critical path (nothing while no step is
+    open: one attribute read)."""
+    critical = meter.critical
+    if critical._steps and data > 0:
+        end = perf_counter()
+        critical.add_past(end - data, end)
 
 
 def _refs(args, kwargs, name) -> list:

@@ -84,13 +84,17 @@ def _ops(meter):
     meter.record(names.RAY_GET, "A.f", 0.5, 1, 0, 0.0, error="GetTimeoutError")
 
 
-def test_ray_ops_have_their_own_step_metrics_keys_and_no_data_plane_time(tel):
+def test_ray_ops_data_part_is_data_plane_time_and_their_whole_duration_is_not(tel):
     meter = RayMeter(tel)
     with tel.step():
         _ops(meter)
     m = tel.step_metrics()
-    assert m["dpobs/data_plane_s"] == 0 and m["dpobs/frac_of_step"] == 0
-    assert m["dpobs/busy_s"] == 0 and m["dpobs/exposed_s"] == 0
+    # put 0.004 and call 0.001 whole; a get whose data part was not told: its
+    # deserialization (0.003); the get that timed out moved nothing
+    assert m["dpobs/data_plane_s"] == pytest.approx(0.008)
+    assert m["dpobs/frac_of_step"] == pytest.approx(0.008 / m["dpobs/step_s"])
+    assert m["dpobs/ray/ray_get/data_s"] == pytest.approx(0.003)
+    assert m["dpobs/ray/ray_put/share"] == pytest.approx(0.5)
     assert not any(k.startswith("dpobs/op/") for k in m)
     assert m["dpobs/ray/ray_get/calls"] == 2 and m["dpobs/ray/ray_get/errors"] == 1
     assert m["dpobs/ray/ray_get/seconds"] == pytest.approx(2.5)
@@ -100,6 +104,39 @@ def test_ray_ops_have_their_own_step_metrics_keys_and_no_data_plane_time(tel):
     assert m["dpobs/ray/instrumentation_s"] > 0 and m["dpobs/instrumentation_s"] == 0
     again = tel.step_metrics()  # a window: what happened since the last call
     assert again["dpobs/ray/ray_get/calls"] == 0 and again["dpobs/ray/owned_mb"] > 0
+
+
+def test_data_seconds_bytes_by_locality_remote_bytes_and_the_node_are_exported(tel):
+    meter = RayMeter(tel)
+    meter.where.node = "a" * 56  # as Ray would tell it once connected
+    remote = names.RAY_REMOTE_LOCALITY
+    meter.record(names.RAY_GET, "A.f", 2.0, 2, 7000, 0.003, data=0.25,
+                 moved=((names.RAY_LOCAL, 1000, None), (remote, 6000, "b" * 56)))
+    meter.record(names.RAY_GET, "A.f", 0.1, 1, 500, 0.001, data=0.1,
+                 moved=((names.RAY_LOCAL, 500, None),))
+    meter.record(names.RAY_PUT, None, 0.004, 1, 5000, 0.001)
+    s = scrape_tel(tel)
+    moved, data = names.RAY_MOVED_SERIES, names.RAY_DATA_SERIES
+    assert value(s, moved, op="ray_get", method="A.f", locality="local") == 1500
+    assert value(s, moved, op="ray_get", method="A.f", locality="remote") == 6000
+    assert value(s, moved, op="ray_put", locality="local") == 5000
+    assert value(s, names.RAY_REMOTE_SERIES, op="ray_get", from_node="b" * 56) == 6000
+    assert value(s, data, op="ray_get", method="A.f") == pytest.approx(0.35)
+    assert value(s, data, op="ray_put") == pytest.approx(0.004)
+    fetch = names.RAY_FETCH_SERIES
+    assert value(s, fetch + "_count", op="ray_get", locality="mixed") == 1
+    assert value(s, fetch + "_sum", op="ray_get", locality="local") == pytest.approx(0.1)
+    assert value(s, names.RAY_NODE_SERIES, ray_node="a" * 56) == 1
+
+
+def test_remote_bytes_past_the_node_limit_name_other(tel):
+    meter = RayMeter(tel)
+    for i in range(names.RAY_FROM_NODE_LIMIT + 3):
+        meter.record(names.RAY_GET, None, 0.01, 1, 10, 0.001, data=0.01,
+                     moved=((names.RAY_REMOTE_LOCALITY, 10, f"{i:056x}"),))
+    s = scrape_tel(tel)
+    assert value(s, names.RAY_REMOTE_SERIES, op="ray_get", from_node="other") == 30
+    assert value(s, names.RAY_REMOTE_SERIES, op="ray_get", from_node=f"{0:056x}") == 10
 
 
 def test_ray_ops_join_the_core_series_with_their_method(tel):
@@ -198,3 +235,85 @@ def test_owned_bytes_forget_what_the_process_no_longer_references(tel, monkeypat
         assert len(m.pending) < 4 and len(m._owned) < 32  # they grow
     assert len(m._owned) >= 10
     assert value(scrape_tel(tel), names.RAY_OWNED_SERIES) == 10 * 100
+
+
+class _Ref:
+    def __init__(self, ident: bytes):
+        self.ident = ident
+
+    def binary(self) -> bytes:
+        return self.ident
+
+
+def _where(monkeypatch, lacking=()):
+    from dpobs_otel.adapters.ray import locality
+    from dpobs_otel.shims import ray_private
+    said = []
+    monkeypatch.setattr(ray_private, "connected", lambda: True)
+    monkeypatch.setattr(ray_private, "locality_missing", lambda: list(lacking))
+    monkeypatch.setattr(ray_private, "locations_reader", lambda: lambda refs: {})
+    monkeypatch.setattr(ray_private, "ref_type", lambda: _Ref)
+    monkeypatch.setattr(ray_private, "node_id", lambda: "A")
+    where = locality.Where(said.append)
+    where.places([])
+    return where, said
+
+
+def test_each_object_s_locality_from_ray_s_location_table(monkeypatch):
+    where, said = _where(monkeypatch)
+    L, R, S, U = (names.RAY_LOCAL, names.RAY_REMOTE_LOCALITY, names.RAY_SPILLED,
+                  names.RAY_UNKNOWN)
+
+    def place(nodes, size, spilled=False, ref=_Ref(b"o")):
+        return where.place(ref, {"node_ids": nodes, "object_size": size,
+                                 "did_spill": spilled})
+    assert place(["A", "B"], 10) == (L, 10, None)  # a copy here
+    assert place(["B", "C"], 10) == (R, 10, "B")  # pulled from the first Ray lists
+    assert place([], 10, spilled=True) == (S, 10, None)
+    assert place(["A"], 10, spilled=True, ref=_Ref(b"s")) == (S, 10, None)  # on disk here
+    where._pull(_Ref(b"s"))  # restored by this process: did_spill stays, the copy is here
+    assert place(["A"], 10, spilled=True, ref=_Ref(b"s")) == (L, 10, None)
+    assert place([], 10) == (L, 10, None)  # in the process's own memory store
+    assert place([], None) == (U, 0, None)  # the id alone: a worker's argument by ref
+    assert where.place(_Ref(b"o"), None) == (U, 0, None)  # the lookup failed
+    where._pull(_Ref(b"o"))  # this process pulled it: its borrowed entry says B still
+    assert place(["B"], 10) == (L, 10, None)
+    assert said == []
+
+
+def test_a_get_s_bytes_split_by_where_each_object_was():
+    from dpobs_otel.adapters.ray.locality import fetch_locality, split
+    L, R = names.RAY_LOCAL, names.RAY_REMOTE_LOCALITY
+    assert split([(R, 7, "B"), (R, 5, "B")], 12) == ((R, 12, "B"),)
+    moved = split([(L, 3, None), (R, 5, "B"), (R, 2, "C")], 10)
+    assert moved == ((L, 3, None), (R, 5, "B"), (R, 2, "C"))
+    assert fetch_locality(moved) == names.RAY_MIXED and fetch_locality(moved[1:]) == R
+
+
+def test_a_ray_without_the_location_table_is_unknown_said_once(monkeypatch):
+    where, said = _where(monkeypatch, lacking=["ray.ObjectRef._on_ready"])
+    look = where.before(_Ref(b"o"))
+    assert where.after(look, 0.5, 100, 0.01) == (0.01, ((names.RAY_UNKNOWN, 100, None),))
+    where.before([_Ref(b"p")])
+    assert said == [["ray.ObjectRef._on_ready"]]
+
+
+def test_a_get_that_waited_counts_from_its_last_object_s_existence(monkeypatch):
+    from dpobs_otel.adapters.ray import locality
+    from dpobs_otel.shims import ray_private
+    where, _ = _where(monkeypatch)
+    ready = []
+    monkeypatch.setattr(ray_private, "on_ready", lambda ref, cb: ready.append(cb) or (
+        lambda: None))
+    pending = {"node_ids": [], "object_size": None, "did_spill": False}
+    made = {"node_ids": ["A", "B"], "object_size": 100, "did_spill": False}
+    ref = _Ref(b"w")
+    where._read = lambda refs: {ref: made if ready else pending}  # made once noted
+    look = where.before(ref)
+    assert look.places == [None] and len(ready) == 1
+    look.start -= 2.0  # the get began 2 s ago; its object came to exist just now
+    ready[0](None)
+    data, moved = where.after(look, 2.0, 100, 0.001)
+    assert 0.001 <= data < 0.5  # the tail, not the 2 s wait
+    assert moved == ((names.RAY_REMOTE_LOCALITY, 100, "B"),)  # made on B, brought here
+    assert locality.Where.cancel(look) is None

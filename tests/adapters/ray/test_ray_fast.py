@@ -7,13 +7,16 @@ import pytest
 
 from dpobs_otel import names
 from dpobs_otel.adapters.ray import ops
+from dpobs_otel.adapters.ray.locality import Where
 from dpobs_otel.adapters.ray.methods import Methods
+from dpobs_otel.critical import CriticalPath
 from dpobs_otel.shims import ray_private
 
 
 class Meter:
     def __init__(self):
         self.pending, self.methods, self.drains = [], Methods(), 0
+        self.critical, self.where = CriticalPath(), Where(lambda lacking: None)
 
     def drain(self):
         self.drains += 1
@@ -211,3 +214,50 @@ def test_the_c_clock_is_python_s_perf_counter():
     from time import perf_counter
     before = perf_counter()
     assert before <= ops.FAST.now() <= perf_counter()
+
+
+class Seen(Where):
+    """A Where that answers what a test says: where a get's objects were, and its data part."""
+    def __init__(self, data, moved):
+        super().__init__(lambda lacking: None)
+        self.data, self.moved, self.looked = data, moved, []
+
+    def before(self, refs):
+        self.looked.append(refs)
+        return "look"
+
+    def after(self, look, dt, nbytes, deserialize_s):
+        assert look == "look" and nbytes == 321 and 0 < deserialize_s <= dt
+        return self.data, self.moved
+
+
+def test_a_get_looks_where_its_objects_are_before_ray_s_get_and_records_it(patches):
+    meter = patches.per_process.current
+    moved = ((names.RAY_REMOTE_LOCALITY, 300, "node-b"), (names.RAY_LOCAL, 21, None))
+    meter.where = Seen(0.002, moved)
+    refs = [Ref(b"a"), Ref(b"b")]
+    assert patches.get(_get)(refs) == [300, 20]
+    [record] = meter.pending
+    assert meter.where.looked == [refs]
+    assert record[8:] == (0.002, moved) and patches.failures == []
+
+
+def test_without_ray_a_get_s_objects_are_unknown_and_its_data_its_deserialization(patches):
+    patches.get(_get)([Ref(b"a")])
+    [record] = patches.per_process.current.pending
+    assert record[9] == ((names.RAY_UNKNOWN, 321, None),)
+    assert 0 < record[8] == record[5]
+
+
+def test_a_put_in_a_step_is_exposed_and_busy_a_get_its_data_part_only(patches):
+    meter = patches.per_process.current
+    meter.where = Seen(0.0, ((names.RAY_LOCAL, 321, None),))  # a get that only waited
+    cp = meter.critical
+    opened = cp.step_begin(ops.perf_counter())
+    patches.get(_get)([Ref(b"a")])
+    assert cp.totals() == (0.0, 0.0)
+    patches.put(_put)("x")
+    busy, exposed = cp.totals()
+    cp.step_end(opened, ops.perf_counter())
+    put = meter.pending[-1]
+    assert 0 < busy <= put[2] and 0 < exposed <= put[2]
