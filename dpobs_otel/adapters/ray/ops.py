@@ -34,6 +34,8 @@ except ImportError:  # not built: the same path in Python, below
     FAST = None
 
 _local = threading.local()
+# This thread's method is one of Ray's own (methods.internal): its return is not recorded.
+INTERNAL = object()
 
 
 class PyFrame:
@@ -342,6 +344,8 @@ class Patches:
         if meter is not None:
             method = getattr(_local, "method", None) or meter.methods.label(
                 "", ray_names.current_task())
+            if method is INTERNAL:
+                return
             meter.record(names.RAY_RETURN, method, dt, 1, ray_names.object_size(serialized), dt)
 
     def _unframed_read(self, serialized, refs, values, dt):
@@ -371,7 +375,13 @@ class Patches:
         def _make_actor_method_executor(manager, method_name, *args, **kwargs):
             run = fn(manager, method_name, *args, **kwargs)
             if internal(method_name):
-                return run
+                def internal_executor(__ray_actor, *call_args, **call_kwargs):
+                    # Its return is Ray's own (__ray_ready__'s True): not measured, and not
+                    # named for the method this thread ran before it.
+                    _local.method = INTERNAL
+                    return run(__ray_actor, *call_args, **call_kwargs)
+                internal_executor.__dict__.update(run.__dict__)
+                return internal_executor
 
             def actor_method_executor(__ray_actor, *call_args, **call_kwargs):
                 _local.method = None
