@@ -206,8 +206,6 @@ class _Driver:
         # An actor's creation is not a measured call on the driver; its worker's side is.
         self.truth.moved((nm.RAY_ARGS, f"{cls.__name__}.__init__", role, rank), [self.cfg_ref],
                          to=node)
-        # Its constructor's return: one key, nothing stored.
-        self.truth.counted((nm.RAY_RETURN, f"{cls.__name__}.__init__", role, rank), [None])
         return self.ray.remote(cls).options(
             runtime_env={"env_vars": env},
             scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),

@@ -106,31 +106,44 @@ def truth_data(res) -> tuple[float, float]:
     return data, step
 
 
-def truth_shares(res) -> dict:
-    """{(role, rank): share of the job's Ray bytes} over the measured steps."""
-    per = {}
-    for key, p in _periods(res, True):
-        per[key] = per.get(key, 0) + sum(v[2] or 0 for v in p["ray"].values())
+def hub_shares(per: dict) -> dict:
+    """{process: its share of the job's Ray bytes} from {process: bytes it moved}, as the
+    rule reads it (mixin/ray_rules.py): a byte between two measured processes is counted at
+    both ends, so the job's bytes are half the sum, and a share is at most 1."""
     total = sum(per.values())
-    return {k: v / total for k, v in per.items()} if total else {}
+    return {k: min(1.0, 2 * v / total) for k, v in per.items()} if total else {}
 
 
-def truth_crossed(res) -> dict:
-    """{(role, op, method): bytes that crossed nodes} and {(from, to): bytes}, every step."""
+def truth_shares(res, measured_only: bool = True) -> dict:
+    """{(role, rank): hub share} from the truth's bytes (the measured steps, or all)."""
+    per = {}
+    for key, p in _periods(res, measured_only):
+        per[key] = per.get(key, 0) + sum(v[2] or 0 for v in p["ray"].values())
+    return hub_shares(per)
+
+
+def metric_shares(scraped: dict) -> dict:
+    """{(role, rank): hub share} from each process's dpobs_ray_moved_bytes_total (all steps)."""
+    return hub_shares({k: sum(v for n, _, v in s if n == nm.RAY_MOVED_SERIES)
+                       for k, s in scraped.items()})
+
+
+def truth_crossed(res) -> tuple[dict, dict]:
+    """{(role, op, method): bytes that crossed nodes} and {(op, from, to): bytes}, every step."""
     rows, pairs = {}, {}
     for (role, _), p in _periods(res, False):
         for (op, method, src, dst), nbytes in p.get("crossed", {}).items():
             rows[(role, op, method)] = rows.get((role, op, method), 0) + nbytes
-            pairs[(src, dst)] = pairs.get((src, dst), 0) + nbytes
+            pairs[(op, src, dst)] = pairs.get((op, src, dst), 0) + nbytes
     return rows, pairs
 
 
-def metric_crossed(scraped: dict) -> dict:
-    """{(role, op, method): remote bytes} from dpobs_ray_moved_bytes_total."""
+def metric_moved(scraped: dict, locality: str) -> dict:
+    """{(role, op, method): bytes} of one locality, from dpobs_ray_moved_bytes_total."""
     out = {}
     for (role, _), samples in scraped.items():
         for name, labels, value in samples:
-            if name == nm.RAY_MOVED_SERIES and labels.get(nm.RAY_LOCALITY) == nm.RAY_REMOTE_LOCALITY:
+            if name == nm.RAY_MOVED_SERIES and labels.get(nm.RAY_LOCALITY) == locality:
                 key = (role, labels.get("op", ""), labels.get(nm.RAY_METHOD, ""))
                 out[key] = out.get(key, 0) + value
     return out
@@ -165,15 +178,17 @@ def headline(res, stack) -> list[str]:
         f"  {'hub share (' + hub[0][0] + ')':<34}{_fmt(hub[1]):>10}{'':>10}"
         f"{_fmt(_prom(stack, nm.JOB_RAY_HUB_SHARE)):>12}"]
     rows, pairs = truth_crossed(res)
-    metrics = metric_crossed(res.scraped)
+    remote = metric_moved(res.scraped, nm.RAY_REMOTE_LOCALITY)
+    unknown = metric_moved(res.scraped, nm.RAY_UNKNOWN)
     lines.append("\nBytes that crossed nodes, every step (truth: Ray's object locations read "
-                 "before each op; metrics: dpobs_ray_moved_bytes_total{locality=\"remote\"})")
-    lines.append(f"  {'role':<9}{'op':<11}{'method':<28}{'MB':>9}{'metrics':>9}")
-    for key in sorted(set(rows) | set(metrics)):
-        lines.append(f"  {key[0]:<9}{key[1]:<11}{key[2] or '-':<28}"
-                     f"{rows.get(key, 0) / MB:>9.3f}{metrics.get(key, 0) / MB:>9.3f}")
-    for (src, dst), nbytes in sorted(pairs.items()):
-        lines.append(f"  node {src[:8]} -> {dst[:8]}: {nbytes / MB:.3f} MB")
+                 "before each op; metrics: dpobs_ray_moved_bytes_total by locality; a worker "
+                 "cannot tell where an argument passed by ref was: unknown)")
+    lines.append(f"  {'role':<9}{'op':<11}{'method':<28}{'MB':>9}{'remote':>9}{'unknown':>9}")
+    for key in sorted(set(rows) | set(remote)):
+        lines.append(f"  {key[0]:<9}{key[1]:<11}{key[2] or '-':<28}{rows.get(key, 0) / MB:>9.3f}"
+                     f"{remote.get(key, 0) / MB:>9.3f}{unknown.get(key, 0) / MB:>9.3f}")
+    for (op, src, dst), nbytes in sorted(pairs.items()):
+        lines.append(f"  {op:<10} node {src[:8]} -> {dst[:8]}: {nbytes / MB:.3f} MB")
     return lines
 
 
