@@ -94,7 +94,10 @@ def measure(stack: Stack, cfg: Config, err=None) -> dict:
                 "p50 ms": (_q(one, sel, "0.5"), 1e3 * quantile(d, 0.5)),
                 "p99 ms": (_q(one, sel, "0.99"), 1e3 * quantile(d, 0.99)),
                 "bytes/call": (one(_bytes_per_call(sel)), nbytes / len(d)),
-                "share": (recorded.get(op, float("nan")), shares.get(op, 0.0)),
+                # Ray's: of every process's data time (the workers' arguments and returns
+                # too), which the driver's timers cannot give: no truth beside it
+                "share": (recorded.get(op, float("nan")),
+                          None if cfg.backend == "ray" else shares.get(op, 0.0)),
             }
         roles, whole = {}, {"share": op_shares(counted), "roles": {}}
         for role in sorted({r for r, _ in res.truth}):
@@ -214,7 +217,7 @@ def table(results: dict[str, dict]) -> str:
     lines.append(f"  {'quantiles from':<22}" + "".join(
         f"{results[n]['quantiles']:>{width}}" for n in names))
     ops = sorted({op for r in results.values() for op in r["ops"]},
-                 key=lambda op: -max(r["ops"].get(op, {}).get("share", (0, 0))[1]
+                 key=lambda op: -max(r["ops"].get(op, {}).get("share", (0, 0))[1] or 0
                                      for r in results.values()))
     for op in ops:
         lines.append(f"  {op}")

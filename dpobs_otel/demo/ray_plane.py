@@ -315,7 +315,9 @@ class _Driver:
 def _role_truth(role: str, rank: int, period: dict) -> dict:
     """One process's truth in the shape truth.merge reads, plus `ray`: {(op, method): [calls,
     seconds (None where the workload has no timer: the workers' side), bytes, keys]}; the
-    driver's timed ops also as `ops` and `bytes` per op, as the other backends' are."""
+    driver's timed ops that move data (not its ray.wait) also as `ops` and `bytes` per op, as
+    the other backends' are, and their seconds as its busy and exposed time: its loop makes
+    them one after another on the step's own thread."""
     out = {"steps": 0, "step_s": 0.0, "busy_s": 0.0, "exposed_s": 0.0, "bytes": {},
            "ops": {}, "ray": {}, "crossed": {}}
     for (op, method, r, k, src, dst), nbytes in period["crossed"].items():
@@ -327,8 +329,10 @@ def _role_truth(role: str, rank: int, period: dict) -> dict:
         timed = period["timed"].get((op, method))
         out["ray"][(op, method)] = [calls, None if timed is None else timed.total, nbytes,
                                     keys]
-        if timed is not None:
+        if timed is not None and op != nm.RAY_WAIT:
             out["ops"].setdefault(op, Durations()).merge(timed)
+            out["busy_s"] += timed.total
+            out["exposed_s"] += timed.total
             direction = (op, nm.RAY_OPS[op])
             out["bytes"][direction] = out["bytes"].get(direction, 0) + nbytes
     return out
