@@ -35,8 +35,15 @@ NODE_GROUP = "dpobs-node"
 NODE_RULES = "dpobs-node.rules.yml"
 CENTRAL_RULES = "dpobs-central.rules.yml"
 ROW_AGE_BUCKET = f"{n.ROW_AGE_SERIES}_bucket"
-# The raw families the node does not send: every rule that reads them reads a node part.
-NOT_SENT = (f"{OP}_bucket", ROW_AGE_BUCKET)
+# The raw families the node does not send (regular expressions over the name): every
+# histogram's buckets, 18 series per label set and most of a process's series. No central
+# rule or alert reads a raw bucket: the op duration's and row age's are read through the
+# node's parts, and nothing reads the others' (step, weight sync, Ray's serialization).
+# The dashboards' per-process latency panels do: in this layout they read the node's own
+# Prometheus (docs/guides/node-tier.md).
+NOT_SENT = ("dpobs_.+_bucket",)
+# The buckets the central rules read through parts (the one-tier rules read them raw).
+PARTED = (f"{OP}_bucket", ROW_AGE_BUCKET)
 # Per-process records the node evaluates as written (the central side receives them).
 AT_NODE = (n.INSTANCE_FRAC_OF_STEP, n.INSTANCE_BUSY_FRAC_OF_STEP,
            n.INSTANCE_EXPOSED_FRAC_OF_STEP, n.INSTANCE_OP_MEAN, n.INSTANCE_RAY_MOVED,

@@ -20,7 +20,7 @@ from test_rules import tool
 
 from dpobs_otel import names as n
 from dpobs_otel.mixin import Config
-from dpobs_otel.mixin.node_tier import NOT_SENT, central_file, node_file
+from dpobs_otel.mixin.node_tier import NOT_SENT, PARTED, central_file, node_file
 from dpobs_otel.mixin.rules import recording_file
 from dpobs_otel.mixin.alerts import alerts_file
 
@@ -170,11 +170,21 @@ def test_a_wrong_two_tier_rule_fails_the_comparison(tmp_path):
     assert rc != 0 and n.JOB_OP_QUANTILE in out
 
 
-@pytest.mark.parametrize("family", NOT_SENT)
-def test_the_central_rules_never_read_what_the_node_does_not_send(family):
-    raw = re.compile(rf"(?<![:\w]){family}(?![:\w])")  # the series, not a record named after it
-    assert not raw.search(central_file(C))
-    assert raw.search(node_file(C)) and raw.search(recording_file(C))
+def _raw(pattern: str) -> re.Pattern:
+    """A raw series matching `pattern`, not a record named after one."""
+    return re.compile(rf"(?<![:\w]){pattern}(?![:\w])")
+
+
+@pytest.mark.parametrize("pattern", NOT_SENT)
+def test_the_central_rules_and_alerts_never_read_what_the_node_does_not_send(pattern):
+    assert not _raw(pattern).search(central_file(C))
+    assert not _raw(pattern).search(alerts_file(C))
+
+
+@pytest.mark.parametrize("family", PARTED)
+def test_the_buckets_the_rules_read_are_read_at_the_node(family):
+    assert any(re.fullmatch(p, family) for p in NOT_SENT)
+    assert _raw(family).search(node_file(C)) and _raw(family).search(recording_file(C))
 
 
 def test_per_process_records_are_evaluated_at_the_node_only():
