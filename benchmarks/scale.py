@@ -224,6 +224,8 @@ def measure(central: Central, agents: list[int], n: int, window: float, interval
             max(x["evaluationTime"] for x in g) for g in groups),
         "window_samples_per_series": scalar(central, f"avg(count_over_time(up{sel}[5m]))"),
         "load_avg": (load0 + os.getloadavg()[0]) / 2,
+        # pending or firing: Prometheus expands an alert's annotations for each, every cycle
+        "alerts_active": scalar(central, "count(ALERTS) or vector(0)"),
     }
     out["node_rule_eval_s"] = statistics.mean(node_evals) if node_evals else float("nan")
     return out
@@ -242,44 +244,25 @@ ANSWERS = (n.JOB_FRAC_OF_STEP, n.JOB_EXPOSED_FRAC_OF_STEP, n.JOB_OP_SHARE, n.JOB
            n.JOB_OP_METHOD_SECONDS)
 
 
-def answers_apart(one: Central, two: Central) -> tuple[float, int, str]:
-    """(the largest relative difference, series compared, the series) between the two
-    centrals' answers, read at one instant; a series missing on either side counts as 100%
-    apart."""
-    worst, count, which = 0.0, 0, ""
-    at = time.time()
+def answers_apart(one: Central, two: Central) -> dict[str, tuple[float, int, str]]:
+    """Per record: (the largest relative difference, series compared, the farthest series)
+    between the two centrals' answers read at one instant; a series missing on either side
+    counts as 100% apart."""
+    at, out = time.time(), {}
     for record in ANSWERS:
-        a, b = ({tuple(sorted(r["metric"].items())): r["value"]
-                 for r in c.query(record, at=at)} for c in (one, two))
+        a, b = ({tuple(sorted((k, v) for k, v in r["metric"].items() if k != "__name__")):
+                 r["value"] for r in c.query(record, at=at)} for c in (one, two))
+        worst, which = 0.0, ""
         for key in a.keys() | b.keys():
-            count += 1
             x, y = a.get(key), b.get(key)
             if x is None or y is None:
                 apart = 1.0
             else:
                 apart = abs(x - y) / max(abs(x), abs(y)) if x or y else 0.0
-            if apart > worst:
+            if apart >= worst:
                 worst, which = apart, f"{dict(key)} {x} vs {y}"
-    return worst, count, which
-
-
-def per_cycle(groups: list[dict], interval: float) -> float:
-    """Rule evaluation seconds per `interval`: each group's last duration weighted by how
-    often it runs in one (a group on a longer interval than the cycle runs less than once)."""
-    return sum(g["evaluationTime"] * interval / g["interval"] for g in groups)
-
-
-def costliest_rules(samples: list[list[dict]], top: int = 8) -> list[tuple[float, str, str]]:
-    """(mean seconds per evaluation over the window's samples of the rules API, rule, its
-    group's interval) of the rules that took longest."""
-    seconds: dict[tuple[str, str], list[float]] = {}
-    for groups in samples:
-        for g in groups:
-            for r in g["rules"]:
-                q = r.get("labels", {}).get("quantile")
-                key = (r.get("name", "?") + (f" q={q}" if q else ""), f"{g['interval']:g}s")
-                seconds.setdefault(key, []).append(r["evaluationTime"])
-    return sorted(((statistics.mean(v), *k) for k, v in seconds.items()), reverse=True)[:top]
+        out[record] = (worst, len(a.keys() | b.keys()), which)
+    return out
 
 
 # -- the run ------------------------------------------------------------------------------------
@@ -368,11 +351,12 @@ def run(args) -> list[tuple[int, dict]]:
                 print(f"  {size:4d} endpoints, {name}: " + ", ".join(
                     f"{k}={v:.4g}" for k, v in r.items() if isinstance(v, float)), flush=True)
             if len(centrals) == 2:
-                apart, count, which = answers_apart(centrals["one-tier"], centrals["two-tier"])
-                results[-1][2]["answers_apart"] = (apart, count)
-                print(f"  {size:4d} endpoints: answers of the two layouts at most "
-                      f"{100 * apart:.2f}% apart over {count} series (the farthest: {which})",
-                      flush=True)
+                apart = answers_apart(centrals["one-tier"], centrals["two-tier"])
+                results[-1][2]["answers_apart"] = apart
+                for record, (worst, count, which) in apart.items():
+                    print(f"  {size:4d} endpoints: {record} of the two layouts at most "
+                          f"{100 * worst:.2f}% apart over {count} series (the farthest: "
+                          f"{which})", flush=True)
     finally:
         hosts.close()
         for fw in forwarders.values():
@@ -402,6 +386,7 @@ ROWS = [("targets up", "targets", "{:.0f}"),
         ("scrape duration mean (ms)", "scrape_mean_ms", "{:.1f}"),
         ("endpoint host RSS, mean per process (MiB)", "host_rss_mib", "{:.0f}"),
         ("samples per series in a 5m window", "window_samples_per_series", "{:.0f}"),
+        ("alerts pending or firing (central)", "alerts_active", "{:.0f}"),
         ("load average (1 min, window mean)", "load_avg", "{:.1f}")]
 
 
@@ -424,12 +409,12 @@ def report(results: list[tuple[int, str, dict]], args) -> None:
     for size in sorted({s for s, _ in cols}):
         one, two = by.get((size, "one-tier")), by.get((size, "two-tier"))
         if one and two:
-            apart, count = two.get("answers_apart", (float("nan"), 0))
             print(f"\n{size}: two-tier / one-tier central CPU-seconds per cycle "
                   f"{two['central_cpu_s_per_cycle'] / one['central_cpu_s_per_cycle']:.3f}, "
                   f"rule evaluation per cycle (wall) "
-                  f"{two['rule_eval_s_mean'] / one['rule_eval_s_mean']:.3f}; answers at most "
-                  f"{100 * apart:.2f}% apart over {count} series")
+                  f"{two['rule_eval_s_mean'] / one['rule_eval_s_mean']:.3f}")
+            for record, (worst, count, _) in two.get("answers_apart", {}).items():
+                print(f"  {record}: at most {100 * worst:.2f}% apart over {count} series")
     last = max(s for s, _ in cols)
     one, two = by.get((last, "one-tier")), by.get((last, "two-tier"))
     if one and two:
