@@ -24,35 +24,43 @@ JOB = "tier-live"
 REL = 0.02
 WARM_S = 10
 ANSWERS = (n.JOB_FRAC_OF_STEP, n.JOB_OP_SHARE, n.JOB_OP_QUANTILE, n.JOB_OP_MEAN)
-# Four processes in one interpreter, each a step every 50 ms of put, get, clear on its own
-# store and 20 ms of compute; rank 2 of the rollouts also waits 30 ms in each get.
+# Four processes in one interpreter, every op's duration a sleep in the middle of one bucket
+# of the op histogram (so each quantile interpolates inside a bucket whose share of the
+# calls is fixed), every step the same length: a get of 15 ms (60 ms for rank 2 of the
+# rollouts, the straggler) and a put of 7 ms, then compute up to 90 ms a step.
 WORKLOAD = """
 import sys, threading, time
 import torch
 from tensordict import TensorDict
 import dpobs_otel as dpobs
 
-class Slow(dpobs.InMemoryDataPlane):
+class Timed(dpobs.InMemoryDataPlane):
+    def __init__(self, get_s):
+        super().__init__()
+        self.get_s = get_s
     def get_samples(self, *a, **k):
-        time.sleep(0.03)
+        time.sleep(self.get_s)
         return super().get_samples(*a, **k)
+    def put_samples(self, *a, **k):
+        time.sleep(0.007)
+        return super().put_samples(*a, **k)
 
 def loop(tel, store):
     client = tel.instrument(store)
     client.register_partition("p")
     step = 0
     while True:
+        t0 = time.monotonic()
         ids = [f"{step}-{i}" for i in range(4)]
         with tel.step():
             client.put_samples(ids, "p", TensorDict({"x": torch.ones(4, 8)}, [4]))
             client.get_samples(ids, "p")
-            client.clear_samples(ids, "p")
-            time.sleep(0.02)
+            time.sleep(max(0.0, 0.09 - (time.monotonic() - t0)))
         step += 1
 
 for rank, role in enumerate(["rollout", "rollout", "rollout", "trainer"]):
     tel = dpobs.start(role=role, rank=rank, job=sys.argv[2], sd_dir=sys.argv[1])
-    store = Slow() if rank == 2 else dpobs.InMemoryDataPlane()
+    store = Timed(0.06 if rank == 2 else 0.015)
     threading.Thread(target=loop, args=(tel, store), daemon=True).start()
 print("ready", flush=True)
 sys.stdin.read()
