@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import re
 import subprocess
+from pathlib import Path
 
 import pytest
 import yaml
-from test_rules import tool
+from test_rules import run, tool
 
 from dpobs_otel import names as n
 from dpobs_otel.mixin import Config
@@ -194,3 +195,37 @@ def test_per_process_records_are_evaluated_at_the_node_only():
     one = {r["record"] for g in yaml.safe_load(recording_file(C))["groups"] for r in g["rules"]}
     assert central | {r for r in node if not r.startswith("node_")} == one
     assert not central & node
+
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy/prometheus"
+
+
+def _local(path: Path, tmp_path, rewrite: dict[str, Path]) -> Path:
+    """The shipped config with its container paths pointed at the repository's files."""
+    cfg = yaml.safe_load(path.read_text())
+    cfg["rule_files"] = [str(rewrite[Path(f).name]) for f in cfg["rule_files"]]
+    local = tmp_path / path.name
+    local.write_text(yaml.safe_dump(cfg))
+    return local
+
+
+def test_the_two_tier_central_config_loads_the_central_rules_and_the_alerts(tmp_path):
+    files = {"dpobs-central.rules.yml": DEPLOY / "node-tier/dpobs-central.rules.yml",
+             "dpobs-alerts.rules.yml": DEPLOY / "rules/dpobs-alerts.rules.yml"}
+    text = (DEPLOY / "central-node-tier.yml").read_text()
+    assert "--web.enable-remote-write-receiver" in text
+    assert sorted(Path(f).name for f in yaml.safe_load(text)["rule_files"]) == sorted(files)
+    out = run(tool("promtool"), "check", "config",
+              _local(DEPLOY / "central-node-tier.yml", tmp_path, files))
+    assert all(str(p) in out for p in files.values())
+
+
+def test_the_node_config_loads_the_node_rules_and_sends_no_bucket(tmp_path):
+    rules = DEPLOY / "node-tier/dpobs-node.rules.yml"
+    cfg = yaml.safe_load((DEPLOY / "node.yml").read_text())
+    drops = [r["regex"] for r in cfg["remote_write"][0]["write_relabel_configs"]
+             if r["action"] == "drop"]
+    assert "|".join(NOT_SENT) in drops
+    out = run(tool("promtool"), "check", "config",
+              _local(DEPLOY / "node.yml", tmp_path, {rules.name: rules}))
+    assert str(rules) in out
