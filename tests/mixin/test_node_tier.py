@@ -21,7 +21,8 @@ from test_rules import run, tool
 
 from dpobs_otel import names as n
 from dpobs_otel.mixin import Config
-from dpobs_otel.mixin.node_tier import NOT_SENT, PARTED, central_file, node_file
+from dpobs_otel.mixin.node_tier import (NOT_SENT, PARTED, central_file, node_file, parts,
+                                        used_parts)
 from dpobs_otel.mixin.rules import recording_file
 from dpobs_otel.mixin.alerts import alerts_file
 
@@ -229,3 +230,19 @@ def test_the_node_config_loads_the_node_rules_and_sends_no_bucket(tmp_path):
     out = run(tool("promtool"), "check", "config",
               _local(DEPLOY / "node.yml", tmp_path, {rules.name: rules}))
     assert str(rules) in out
+
+
+def test_the_default_config_reads_every_part():
+    """A part no rule reads means rules.py changed under node_tier.py: its one-tier text
+    no longer occurs, and the central rule would read raw series again."""
+    assert [p.name for p in used_parts(C)] == [p.name for p in parts(C)]
+
+
+def test_without_classic_quantiles_the_buckets_part_goes_too(tmp_path):
+    c = Config(classic_quantiles=False, native_quantile_interval="1m")
+    node, central = node_file(c), central_file(c)
+    assert f"node_{n.JOB_OP_LE_BUCKETS}" not in node
+    assert not _raw("dpobs_.+_bucket").search(central)
+    for name, text in (("node", node), ("central", central)):
+        (tmp_path / f"{name}.yml").write_text(text)
+    run(tool("promtool"), "check", "rules", tmp_path / "node.yml", tmp_path / "central.yml")
