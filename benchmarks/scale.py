@@ -1,24 +1,30 @@
-"""Scale (issue 12 item 7): 64, 128 and 256 dpobs endpoints behind 4 `dpobs agent`s into one
-central Prometheus running the mixin's rules, all real binaries on loopback.
+"""Scale (issues 12 and 57): dpobs endpoints of a Ray job's stated mix (MIX: drivers, workers,
+data-plane clients, row age, weight senders and receivers) behind 4 forwarders into a
+central Prometheus running the mixin's rules, in two layouts side by side over the same
+endpoints: 4 `dpobs agent`s into a central with the one-tier rules, and 4 node-tier servers
+(`dpobs agent --tier node`) into a second central with the two-tier rules
+(mixin/node_tier.py). All real binaries on loopback; no live Ray (the Ray kinds record
+through RayMeter as the adapter does).
 
-Endpoints live 16 to an OS process (one Telemetry each, own registry, own /metrics port,
-own op loop thread: one step every --step-s with put, get, get(select), list, clear on an
-in-memory store), so 256 fit in a few GB. Host processes are assigned round robin to the
-agents' file_sd directories. Arms grow in place, 64 -> 128 -> 256: each adds host
-processes, settles, then measures over a window. They run ascending, not interleaved, on
-purpose: a 5m rate() window and the agents' WAL remember every series of a bigger arm for
-minutes, so a smaller arm measured after a bigger one would measure the bigger one.
+Endpoints live --per-host to an OS process (one Telemetry each, own registry, own /metrics
+port, own loop thread: one step of its kind every --step-s). Host processes are assigned
+round robin to the forwarders' file_sd directories, which both layouts read. Arms grow in
+place and run ascending (a 5m rate() window and a forwarder's WAL remember every series of a
+bigger arm for minutes); within an arm the one-tier layout is measured, then the two-tier
+one, each over --window, and then the two centrals' answers (frac_of_step, exposed
+fraction, shares, quantiles, Ray's seconds per method) are compared at one instant.
 
-Per arm it prints: series per endpoint (scrape_samples_scraped), scrape duration (mean and
-max over the window), agent CPU (the four prometheus processes' utime+stime over the
-window) as % of wall per 32 targets, measured and scaled to a 15 s interval (measured *
-interval/15: the scrape work scales with scrapes per second, but an agent's fixed work does
-not, so the scaled figure is a lower bound; --interval 15s measures it), agent RSS per target,
-samples/s appended by the central TSDB, and rule evaluation seconds per cycle (sum of the
-groups' last durations, sampled every cycle); then each figure's growth 64 -> 256.
+Per arm and layout it prints series per endpoint, the central's samples/s, series, CPU
+(% of one core, and CPU-seconds per evaluation interval: rule evaluation and ingest
+together, the process's utime+stime), RSS, rule evaluation per cycle (the groups' last
+durations, sampled every cycle: wall time, which waits for a CPU on a busy box), per node the
+forwarder's CPU and RSS and, for the node tier, its own rule evaluation, and the load
+average; then the two-tier / one-tier ratios and whether the two-tier central's CPU per
+cycle at the largest arm is at most a quarter of the one-tier's.
 
-    unshare --net sh -c 'ip link set lo up; .venv/bin/python benchmarks/scale.py'
-        [--sizes 64,128,256] [--interval 5s] [--settle 15] [--window 40] [--native-only]
+    unshare --net sh -c 'ip link set lo up; exec env PYTHONPATH=$PWD .venv/bin/python benchmarks/scale.py'
+        [--sizes 256,1024] [--per-host 64] [--step-s 4] [--interval 15s] [--settle 60]
+        [--window 90] [--one-tier-only] [--classic-only] [--native-only]
 """
 from __future__ import annotations
 
@@ -30,7 +36,10 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from pathlib import Path
+
+from dpobs_otel import names as n
 
 from dpobs_otel.readback.prometheus import PrometheusError
 from dpobs_otel.testing.prometheus import Agent, Central, rule_files
@@ -41,33 +50,90 @@ AGENTS = 4
 
 
 # -- the endpoint host (this file run with --host) --------------------------------------------
-def host(sd_dir: str, count: int, step_s: float, first_rank: int) -> None:
+# The stated mix, every 16 endpoints (a Ray job's processes, the kinds of
+# docs/development/scaling.md "Series per endpoint", which tests/test_series_budget.py holds
+# to a budget): one Ray driver, eight Ray workers, three data-plane clients, one with row
+# age, one weight sender (the trainer) and two receivers. (kind, role, dpobs.start settings)
+MIX = ([("ray driver", "driver", {})] + [("ray worker", "worker", {})] * 8
+       + [("data-plane client", "rollout", {})] * 3
+       + [("data-plane client, row age", "rollout", {"row_age": True})]
+       + [("weight sender", "trainer", {})] + [("weight receiver", "rollout", {})] * 2)
+METHODS = 8  # the Ray kinds' distinct methods, as tests/test_series_budget.py
+
+
+def _data_plane(tel, client, step: int) -> None:
+    """One step of every store op, and a get that fails (one exception class)."""
     import torch
     from tensordict import TensorDict
+    ids = [f"{step}-{i}" for i in range(8)]
+    with tel.step():
+        client.put_samples(ids, "p", TensorDict({"obs": torch.ones(8, 64)}, batch_size=[8]))
+        client.get_samples(ids, "p")
+        client.get_data(ids, "p")
+        client.list_sample_ids("p")
+        client.clear_samples(ids, "p")
+        try:
+            client.get_samples(ids, "p")
+        except Exception:  # noqa: BLE001 - cleared rows: the failing get of the mix
+            pass
 
+
+def _ray_driver(tel, meter, step: int) -> None:
+    from dpobs_otel import names
+    with tel.step():
+        meter.record(names.RAY_PUT, None, 0.001, 1, 1000, 0.0001)
+        meter.record(names.RAY_WAIT, None, 0.001, 1)
+        for m in range(METHODS):
+            meter.record(names.RAY_CALL, f"Worker.m{m}", 0.001, 1, 100, 0.0001)
+            meter.record(names.RAY_GET, f"Worker.m{m}", 0.01, 1, 1000, 0.0001)
+    if step == 0:
+        meter.record(names.RAY_GET, "Worker.m0", 0.01, 1, 0,
+                               error="RayTaskError(ValueError)")
+
+
+def _ray_worker(tel, meter, step: int) -> None:
+    from dpobs_otel import names
+    for m in range(METHODS):  # workers have no steps
+        meter.record(names.RAY_ARGS, f"Worker.m{m}", 0.001, 1, 100, 0.0001)
+        meter.record(names.RAY_RETURN, f"Worker.m{m}", 0.001, 1, 1000, 0.0001)
+
+
+def _weights(side: str):
+    def step_once(tel, _, step: int) -> None:
+        with tel.step(), tel.weights.sync(step, side):
+            pass
+    return step_once
+
+
+STEPS = {"ray driver": _ray_driver, "ray worker": _ray_worker,
+         "data-plane client": _data_plane, "data-plane client, row age": _data_plane,
+         "weight sender": _weights("send"), "weight receiver": _weights("receive")}
+
+
+def host(sd_dir: str, count: int, step_s: float, first_rank: int) -> None:
     import dpobs_otel as dpobs
-    batch = TensorDict({"obs": torch.ones(8, 64)}, batch_size=[8])
+    from dpobs_otel.adapters.ray.meter import RayMeter
 
-    def loop(tel, client, phase: float):
-        client.register_partition("p")
+    def loop(tel, kind: str, ctx, phase: float):
         time.sleep(phase)  # spread the endpoints' steps over the period
         step = 0
         while True:
             t0 = time.monotonic()
-            ids = [f"{step}-{i}" for i in range(8)]
-            with tel.step():
-                client.put_samples(ids, "p", batch)
-                client.get_samples(ids, "p")
-                client.get_samples(ids, "p", select_fields=["obs"])
-                client.list_sample_ids("p")
-                client.clear_samples(ids, "p")
+            STEPS[kind](tel, ctx, step)
             step += 1
             time.sleep(max(0.0, step_s - (time.monotonic() - t0)))
 
     for i in range(count):
-        tel = dpobs.start(role="rollout", rank=first_rank + i, job=JOB, sd_dir=sd_dir)
-        client = tel.instrument(dpobs.InMemoryDataPlane())
-        threading.Thread(target=loop, args=(tel, client, step_s * i / count),
+        rank = first_rank + i
+        kind, role, settings = MIX[rank % len(MIX)]
+        tel = dpobs.start(role=role, rank=rank, job=JOB, sd_dir=sd_dir, **settings)
+        ctx = None  # what the kind's step needs: its store client or its Ray meter
+        if kind.startswith("data-plane"):
+            ctx = tel.instrument(dpobs.InMemoryDataPlane())
+            ctx.register_partition("p")
+        elif kind.startswith("ray"):
+            ctx = RayMeter(tel)
+        threading.Thread(target=loop, args=(tel, kind, ctx, step_s * i / count),
                          daemon=True).start()
     print("ready", flush=True)
     sys.stdin.read()  # until the benchmark closes our stdin
@@ -113,16 +179,26 @@ def scalar(central: Central, expr: str) -> float:
 
 
 def measure(central: Central, agents: list[int], n: int, window: float, interval: float,
-            hosts: list[int]) -> dict:
+            hosts: list[int], nodes: list[Agent] = ()) -> dict:
+    """One layout's figures over `window`; `agents` are the forwarders' prometheus pids (the
+    agents, or the node-tier servers `nodes`, whose own rule groups are then read too)."""
     cpu0 = sum(map(cpu_seconds, agents))
     central_cpu0 = cpu_seconds(central.proc.pid)
     appended0 = central_metric(central, "prometheus_tsdb_head_samples_appended_total")
+    load0 = os.getloadavg()[0]
     t0 = time.monotonic()
-    evals, groups = [], []
+    evals, groups, node_evals = [], [], []
     while time.monotonic() - t0 < window:
-        evals.append(central_metric(central, "prometheus_rule_group_last_duration_seconds"))
-        groups.append(central.rules())
+        try:  # a central too busy to answer in 10 s misses a sample, not the run
+            evals.append(central_metric(central, "prometheus_rule_group_last_duration_seconds"))
+            groups.append(central.rules())
+            node_evals += [node_metric(a, "prometheus_rule_group_last_duration_seconds")
+                           for a in nodes]
+        except (PrometheusError, OSError) as e:
+            print(f"  a sample of the window missed: {e}", flush=True)
         time.sleep(interval)
+    if not evals or not groups:
+        raise RuntimeError("the central answered no sample of the window")
     wall = time.monotonic() - t0
     cpu = sum(map(cpu_seconds, agents)) - cpu0
     central_cpu = cpu_seconds(central.proc.pid) - central_cpu0
@@ -130,7 +206,7 @@ def measure(central: Central, agents: list[int], n: int, window: float, interval
     w = f"[{int(window)}s]"
     sel = f'{{job="{JOB}"}}'
     scrape = f"scrape_duration_seconds{sel}"
-    return {
+    out = {
         "costliest": costliest_rules(groups),
         "targets": scalar(central, f"count(up{sel} == 1)"),
         "series_per_endpoint": scalar(central, f"avg(scrape_samples_scraped{sel})"),
@@ -139,7 +215,9 @@ def measure(central: Central, agents: list[int], n: int, window: float, interval
         "agent_cpu_pct_per_32": 100 * cpu / wall / n * 32,
         "agent_rss_mib_per_agent": sum(map(rss_bytes, agents)) / len(agents) / 2**20,
         "agent_rss_kib_per_target": sum(map(rss_bytes, agents)) / n / 1024,
+        "node_cpu_s_per_cycle": cpu / len(agents) / wall * interval,
         "central_cpu_pct": 100 * central_cpu / wall,
+        "central_cpu_s_per_cycle": central_cpu / wall * interval,
         "central_rss_mib": rss_bytes(central.proc.pid) / 2**20,
         "host_rss_mib": statistics.mean(map(rss_bytes, hosts)) / 2**20,
         "samples_per_s": appended / wall,
@@ -150,52 +228,46 @@ def measure(central: Central, agents: list[int], n: int, window: float, interval
         "rule_eval_s_longest_group": statistics.mean(
             max(x["evaluationTime"] for x in g) for g in groups),
         "window_samples_per_series": scalar(central, f"avg(count_over_time(up{sel}[5m]))"),
+        "load_avg": (load0 + os.getloadavg()[0]) / 2,
+        # pending or firing: Prometheus expands an alert's annotations for each, every cycle
+        "alerts_active": scalar(central, "count(ALERTS) or vector(0)"),
     }
+    out["node_rule_eval_s"] = statistics.mean(node_evals) if node_evals else float("nan")
+    return out
 
 
-def query_cost(central: Central, expr: str, reps: int = 3) -> tuple[float, int, int]:
-    """(median seconds, samples touched, result series) of an instant query (the query
-    API's stats; samples touched do not depend on how busy the box is, seconds do)."""
-    runs = []
-    for _ in range(reps):
-        data = central.api("query", query=expr, stats="all")
-        runs.append((data["stats"]["timings"]["evalTotalTime"],
-                     data["stats"]["samples"]["totalQueryableSamples"], len(data["result"])))
-    return statistics.median(r[0] for r in runs), runs[-1][1], runs[-1][2]
+def node_metric(node: Agent, name: str) -> float:
+    """Sum of one metric's samples on a node-tier server's own /metrics."""
+    with urllib.request.urlopen(f"http://{node.listen}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(name + " ") or line.startswith(name + "{"))
 
 
-def quantile_costs(central: Central) -> dict:
-    """What the latency quantile rules cost as written (each aggregates every bucket series
-    itself), beside that aggregation alone. Recorded once, the aggregation would be read by
-    each quantile rule as one sample per recorded series."""
-    rules = [r for g in central.rules() for r in g["rules"]
-             if r.get("name", "").endswith(":quantile_rate5m")]
-    written = [query_cost(central, r["query"]) for r in rules]
-    agg_s, agg_samples, agg_series = query_cost(
-        central, "sum by (job, op, le) (rate(dpobs_client_operation_duration_seconds_bucket[5m]))")
-    return {"rules": len(rules), "as_written_s": sum(w[0] for w in written),
-            "as_written_samples": sum(w[1] for w in written), "aggregation_s": agg_s,
-            "aggregation_samples": agg_samples,
-            "recorded_once_samples": agg_samples + len(rules) * agg_series}
+# The answers compared between the layouts (the live side of tests/mixin/test_node_tier.py).
+ANSWERS = (n.JOB_FRAC_OF_STEP, n.JOB_EXPOSED_FRAC_OF_STEP, n.JOB_OP_SHARE, n.JOB_OP_QUANTILE,
+           n.JOB_OP_METHOD_SECONDS)
 
 
-def per_cycle(groups: list[dict], interval: float) -> float:
-    """Rule evaluation seconds per `interval`: each group's last duration weighted by how
-    often it runs in one (a group on a longer interval than the cycle runs less than once)."""
-    return sum(g["evaluationTime"] * interval / g["interval"] for g in groups)
-
-
-def costliest_rules(samples: list[list[dict]], top: int = 8) -> list[tuple[float, str, str]]:
-    """(mean seconds per evaluation over the window's samples of the rules API, rule, its
-    group's interval) of the rules that took longest."""
-    seconds: dict[tuple[str, str], list[float]] = {}
-    for groups in samples:
-        for g in groups:
-            for r in g["rules"]:
-                q = r.get("labels", {}).get("quantile")
-                key = (r.get("name", "?") + (f" q={q}" if q else ""), f"{g['interval']:g}s")
-                seconds.setdefault(key, []).append(r["evaluationTime"])
-    return sorted(((statistics.mean(v), *k) for k, v in seconds.items()), reverse=True)[:top]
+def answers_apart(one: Central, two: Central) -> dict[str, tuple[float, int, str]]:
+    """Per record: (the largest relative difference, series compared, the farthest series)
+    between the two centrals' answers read at one instant; a series missing on either side
+    counts as 100% apart."""
+    at, out = time.time(), {}
+    for record in ANSWERS:
+        a, b = ({tuple(sorted((k, v) for k, v in r["metric"].items() if k != "__name__")):
+                 r["value"] for r in c.query(record, at=at)} for c in (one, two))
+        worst, which = 0.0, ""
+        for key in a.keys() | b.keys():
+            x, y = a.get(key), b.get(key)
+            if x is None or y is None:
+                apart = 1.0
+            else:
+                apart = abs(x - y) / max(abs(x), abs(y)) if x or y else 0.0
+            if apart >= worst:
+                worst, which = apart, f"{dict(key)} {x} vs {y}"
+        out[record] = (worst, len(a.keys() | b.keys()), which)
+    return out
 
 
 # -- the run ------------------------------------------------------------------------------------
@@ -226,98 +298,134 @@ class Hosts:
             p.wait()
 
 
+def two_tier_rules(out_dir: Path, **knobs) -> list[str]:
+    """What the two-tier central loads: the central rules and the alerts (mixin/node_tier.py)."""
+    from dpobs_otel.mixin.alerts import alerts_file
+    from dpobs_otel.mixin.config import Config
+    from dpobs_otel.mixin.node_tier import central_file
+    c = Config(**knobs)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = [out_dir / "dpobs-central.rules.yml", out_dir / "dpobs-alerts.rules.yml"]
+    paths[0].write_text(central_file(c))
+    paths[1].write_text(alerts_file(c))
+    return [str(p) for p in paths]
+
+
 def run(args) -> list[tuple[int, dict]]:
+    """Both layouts side by side over the same endpoints: 4 agents into a central with the
+    one-tier rules, and 4 node-tier servers (`dpobs agent --tier node`) into a second
+    central with the two-tier rules; each arm is measured for the two in turn, one-tier
+    first, then the two centrals' answers are compared at one instant."""
     tmp = Path(tempfile.mkdtemp(prefix="dpobs-scale-"))
     interval = float(args.interval.rstrip("s"))
-    # --native-only: the mixin with classic_quantiles=False (the native quantiles only)
-    rules = rule_files(tmp / "mixin", classic_quantiles=not args.native_only,
-                       native_quantile_interval=args.native_quantile_interval)
+    knobs = dict(classic_quantiles=not args.native_only,
+                 native_quantile_interval=args.native_quantile_interval)
+    layouts = {"one-tier": rule_files(tmp / "mixin", **knobs),
+               "two-tier": two_tier_rules(tmp / "two-tier", **knobs)}
+    if args.one_tier_only:
+        del layouts["two-tier"]
     sd_dirs = [str(tmp / f"sd{i}") for i in range(AGENTS)]
-    results = []
-    with Central(rules, interval=args.interval, data_dir=str(tmp)) as central:
-        agents = [Agent(d, f"{central.url}/api/v1/write", f"node-{i}", interval=args.interval)
-                  for i, d in enumerate(sd_dirs)]
-        hosts = Hosts(sd_dirs, args.step_s, args.per_host)
-        try:
-            for a in agents:
+    results, centrals, forwarders = [], {}, {}
+    hosts = Hosts(sd_dirs, args.step_s, args.per_host)
+    try:
+        for name, rules in layouts.items():
+            (tmp / f"{name}-central").mkdir()
+            centrals[name] = Central(rules, interval=args.interval, data_dir=str(tmp / f"{name}-central"),
+                                     native=not args.classic_only)
+            centrals[name].start()
+            extra = ["--tier", "node"] if name == "two-tier" else []
+            extra += ["--native-histograms", "never"] if args.classic_only else []
+            forwarders[name] = [Agent(d, f"{centrals[name].url}/api/v1/write", f"node-{i}",
+                                      interval=args.interval, extra=extra)
+                                for i, d in enumerate(sd_dirs)]
+            for a in forwarders[name]:
                 a.start()
-            pids = [child_pid(a) for a in agents]
-            for n in args.sizes:
-                hosts.grow_to(n)
-                time.sleep(args.settle)
-                dead = [a for a in agents if a.proc.poll() is not None]
+        pids = {name: [child_pid(a) for a in fw] for name, fw in forwarders.items()}
+        for size in args.sizes:
+            hosts.grow_to(size)
+            time.sleep(args.settle)
+            for name, fw in forwarders.items():
+                dead = [a for a in fw if a.proc.poll() is not None]
                 if dead:
-                    raise RuntimeError("an agent exited:\n" + dead[0].log())
-                r = measure(central, pids, n, args.window, interval,
-                            [p.pid for p in hosts.procs])
+                    raise RuntimeError(f"a {name} forwarder exited:\n" + dead[0].log())
+                r = measure(centrals[name], pids[name], size, args.window, interval,
+                            [p.pid for p in hosts.procs],
+                            fw if name == "two-tier" else ())
                 r["agent_cpu_pct_per_32_at_15s"] = r["agent_cpu_pct_per_32"] * interval / 15
-                results.append((n, r))
-                print(f"  {n:4d} endpoints: " + ", ".join(
+                results.append((size, name, r))
+                print(f"  {size:4d} endpoints, {name}: " + ", ".join(
                     f"{k}={v:.4g}" for k, v in r.items() if isinstance(v, float)), flush=True)
-                if n == args.sizes[-1]:
-                    try:  # after the figures: on a busy box these queries can time out
-                        r["quantiles"] = quantile_costs(central)
-                    except PrometheusError as e:
-                        print(f"  quantile costs not measured: {e}", flush=True)
-        finally:
-            hosts.close()
-            for a in agents:
+            if len(centrals) == 2:
+                apart = answers_apart(centrals["one-tier"], centrals["two-tier"])
+                results[-1][2]["answers_apart"] = apart
+                for record, (worst, count, which) in apart.items():
+                    print(f"  {size:4d} endpoints: {record} of the two layouts at most "
+                          f"{100 * worst:.2f}% apart over {count} series (the farthest: "
+                          f"{which})", flush=True)
+    finally:
+        hosts.close()
+        for fw in forwarders.values():
+            for a in fw:
                 a.close()
+        for c in centrals.values():
+            c.close()
     return results
 
 
 ROWS = [("targets up", "targets", "{:.0f}"),
-        ("series per endpoint", "series_per_endpoint", "{:.0f}"),
-        ("scrape duration mean (ms)", "scrape_mean_ms", "{:.1f}"),
-        ("scrape duration max (ms)", "scrape_max_ms", "{:.1f}"),
-        ("agent CPU, % of wall per 32 targets (measured)", "agent_cpu_pct_per_32", "{:.2f}"),
-        ("agent CPU, % of wall per 32 targets (scaled to 15 s)", "agent_cpu_pct_per_32_at_15s",
-         "{:.2f}"),
-        ("agent RSS per agent (MiB)", "agent_rss_mib_per_agent", "{:.0f}"),
-        ("agent RSS per target (KiB)", "agent_rss_kib_per_target", "{:.0f}"),
+        ("series per endpoint (scraped)", "series_per_endpoint", "{:.0f}"),
         ("samples/s appended (central)", "samples_per_s", "{:.0f}"),
         ("central head series", "central_series", "{:.0f}"),
         ("central CPU, % of one core", "central_cpu_pct", "{:.1f}"),
+        ("central CPU-seconds per cycle (rules + ingest)", "central_cpu_s_per_cycle", "{:.3f}"),
         ("central RSS (MiB)", "central_rss_mib", "{:.0f}"),
-        ("endpoint host RSS, mean per process (MiB)", "host_rss_mib", "{:.0f}"),
-        ("rule evaluation per cycle, mean (s)", "rule_eval_s_mean", "{:.3f}"),
-        ("rule evaluation per cycle, max (s)", "rule_eval_s_max", "{:.3f}"),
-        ("rule evaluation per cycle, groups weighted by interval (s)", "rule_eval_s_per_cycle",
+        ("central rule evaluation per cycle, mean (s, wall)", "rule_eval_s_mean", "{:.3f}"),
+        ("central rule evaluation per cycle, max (s, wall)", "rule_eval_s_max", "{:.3f}"),
+        ("central rule evaluation, groups weighted by interval (s)", "rule_eval_s_per_cycle",
          "{:.3f}"),
-        ("longest rule group per cycle (s)", "rule_eval_s_longest_group", "{:.3f}"),
-        ("samples per series in a 5m window", "window_samples_per_series", "{:.0f}")]
+        ("longest central rule group per cycle (s)", "rule_eval_s_longest_group", "{:.3f}"),
+        ("per node: forwarder CPU-seconds per cycle", "node_cpu_s_per_cycle", "{:.3f}"),
+        ("per node: forwarder CPU, % of wall per 32 targets", "agent_cpu_pct_per_32", "{:.2f}"),
+        ("per node: forwarder RSS (MiB)", "agent_rss_mib_per_agent", "{:.0f}"),
+        ("per node: node rule evaluation per cycle (s, wall)", "node_rule_eval_s", "{:.3f}"),
+        ("scrape duration mean (ms)", "scrape_mean_ms", "{:.1f}"),
+        ("endpoint host RSS, mean per process (MiB)", "host_rss_mib", "{:.0f}"),
+        ("samples per series in a 5m window", "window_samples_per_series", "{:.0f}"),
+        ("alerts pending or firing (central)", "alerts_active", "{:.0f}"),
+        ("load average (1 min, window mean)", "load_avg", "{:.1f}")]
 
 
-def report(results: list[tuple[int, dict]], args) -> None:
-    sizes = [n for n, _ in results]
-    first, last = results[0][1], results[-1][1]
-    growth_head = f"growth {sizes[0]}->{sizes[-1]}"
-    head = f"| {'figure':54} | " + " | ".join(f"{n:>8}" for n in sizes) + \
-        f" | {growth_head:>17} |"
+def report(results: list[tuple[int, str, dict]], args) -> None:
+    cols = [(size, name) for size, name, _ in results]
+    by = {(size, name): r for size, name, r in results}
     print(f"\nscrape/eval interval {args.interval}, step every {args.step_s}s per endpoint, "
-          f"{AGENTS} agents, window {args.window}s after {args.settle}s settling")
-    print(head)
-    print("|" + "-" * 56 + "|" + "|".join("-" * 10 for _ in sizes) + "|" + "-" * 19 + "|")
+          f"{AGENTS} forwarders per layout (agents; node-tier servers), window {args.window}s "
+          f"after {args.settle}s settling; the mix of every 16 endpoints: "
+          + ", ".join(sorted({f"{sum(k == m[0] for m in MIX)} {k}" for k, _, _ in MIX})))
+    print("| figure | " + " | ".join(f"{s} {name}" for s, name in cols) + " |")
+    print("|---|" + "---:|" * len(cols))
     for label, k, fmt in ROWS:
-        cells = " | ".join(f"{fmt.format(r[k]):>8}" for _, r in results)
-        growth = last[k] / first[k] if first[k] else float("nan")
-        print(f"| {label:54} | {cells} | {growth:>16.2f}x |")
-    print(f"\ncostliest rules at {sizes[-1]} (mean seconds per evaluation over the window):")
-    for seconds, name, every in last["costliest"]:
-        print(f"  {seconds:.3f}  {name} (every {every})")
-    q = last.get("quantiles")
-    if q:
-        print(f"the {q['rules']} latency quantile rules as written, as instant queries: "
-              f"{q['as_written_s']:.3f} s, {q['as_written_samples']} samples touched; their bucket"
-              f" aggregation alone: {q['aggregation_s']:.3f} s, {q['aggregation_samples']} samples;"
-              f" recorded once and read by all {q['rules']}: {q['recorded_once_samples']} samples")
-    worst_cpu = max(r["agent_cpu_pct_per_32_at_15s"] for _, r in results)
-    scaled = "" if args.interval == "15s" else " (scaled from the interval: a lower bound)"
-    print(f"\ngoal: agent CPU <= 2% of wall per 32 targets at 15 s{scaled}: "
-          f"{'met' if worst_cpu <= 2 else 'NOT met'} (worst {worst_cpu:.2f}%)")
-    print(f"goal: rule evaluation for {sizes[-1]} processes < 1 s per cycle: "
-          f"{'met' if last['rule_eval_s_max'] < 1 else 'NOT met'} "
-          f"(max {last['rule_eval_s_max']:.3f} s)")
+        print(f"| {label} | " + " | ".join(fmt.format(by[c][k]) for c in cols) + " |")
+    for size, name, r in results:
+        if size == results[-1][0]:
+            print(f"\ncostliest central rules at {size}, {name} (mean s per evaluation):")
+            for seconds, rule, every in r["costliest"]:
+                print(f"  {seconds:.3f}  {rule} (every {every})")
+    for size in sorted({s for s, _ in cols}):
+        one, two = by.get((size, "one-tier")), by.get((size, "two-tier"))
+        if one and two:
+            print(f"\n{size}: two-tier / one-tier central CPU-seconds per cycle "
+                  f"{two['central_cpu_s_per_cycle'] / one['central_cpu_s_per_cycle']:.3f}, "
+                  f"rule evaluation per cycle (wall) "
+                  f"{two['rule_eval_s_mean'] / one['rule_eval_s_mean']:.3f}")
+            for record, (worst, count, _) in two.get("answers_apart", {}).items():
+                print(f"  {record}: at most {100 * worst:.2f}% apart over {count} series")
+    last = max(s for s, _ in cols)
+    one, two = by.get((last, "one-tier")), by.get((last, "two-tier"))
+    if one and two:
+        ratio = two["central_cpu_s_per_cycle"] / one["central_cpu_s_per_cycle"]
+        print(f"goal: two-tier central CPU per cycle at {last} at most a quarter of one-tier's: "
+              f"{'met' if ratio <= 0.25 else 'NOT met'} ({ratio:.3f})")
 
 
 def main() -> None:
@@ -334,6 +442,11 @@ def main() -> None:
                         "less memory, each host's op threads then share one interpreter)")
     p.add_argument("--settle", type=float, default=15)
     p.add_argument("--window", type=float, default=40)
+    p.add_argument("--one-tier-only", action="store_true",
+                   help="no two-tier arm (agents into one central only)")
+    p.add_argument("--classic-only", action="store_true",
+                   help="no native histograms anywhere (centrals without the flag, forwarders "
+                        "with --native-histograms never)")
     p.add_argument("--native-only", action="store_true",
                    help="rules without the classic quantiles (Config(classic_quantiles=False))")
     p.add_argument("--native-quantile-interval", default="",

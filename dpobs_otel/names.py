@@ -272,6 +272,11 @@ INSTANCE_OP_MEAN = "instance_op:dpobs_client_operation_duration_seconds:mean_rat
 # Not pinned: the bucket rates the three quantiles share (recorded once, most of their cost).
 JOB_OP_LE_BUCKETS = "job_op_le:dpobs_client_operation_duration_seconds_bucket:rate5m"
 QUANTILES = ("0.5", "0.9", "0.99")  # values of the quantile label
+# Not pinned: the node tier's parts (mixin/node_tier.py). A node's part of a job-level
+# record is that record's name behind NODE_PART; two parts no record holds on its own:
+NODE_PART = "node_"
+NODE_ROW_AGE_BUCKETS = "node_job_op_le:dpobs_client_row_age_seconds_bucket:rate5m"
+NODE_STEPPING_SECONDS = "node_job:dpobs_stepping_data_plane_seconds:rate5m"
 # Row age.
 JOB_OP_ROW_AGE_MEAN = "job_op:dpobs_client_row_age_seconds:mean_rate5m"
 JOB_OP_ROW_AGE_QUANTILE = "job_op:dpobs_client_row_age_seconds:quantile_rate5m"

@@ -19,9 +19,13 @@ import tempfile
 
 from ..names import ALERT_AGENT_DELIVERY_FAILING
 from .config import (DEFAULT_LISTEN, NATIVE_MODES, AgentError, TLSFiles, agent_config,
-                     check_listen, parse_header, render, without_native)
+                     check_listen, node_config, parse_header, render, without_native)
 from .process import _version, agent_flag, command, find_binary, header_warning, supervise
 from .watch import Watch
+
+TIERS = ("agent", "node")
+NODE_RULES_FILE = "dpobs-node.rules.yml"
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sd-dir", required=True, help="the node-local file_sd directory "
@@ -56,6 +60,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     _tls_arguments(rw, "remote-write", "the receiver")
     sc = p.add_argument_group("scraping processes started with DPOBS_TLS_*")
     _tls_arguments(sc, "scrape", "the processes' endpoints (turns on https)")
+    p.add_argument("--tier", choices=TIERS, default="agent",
+                   help="agent (default): forward every series to the receiver, which "
+                   "evaluates every rule; node: a Prometheus server that evaluates the "
+                   "mixin's node rules over this node's processes and sends their results "
+                   "with the raw series but the bucket families (docs/guides/node-tier.md; "
+                   "the receiver then loads dpobs-central.rules.yml)")
+    p.add_argument("--node-rules", metavar="PATH", help="with --tier node: the node rules "
+                   "file `dpobs mixin` wrote for your Config (default: the default Config's)")
     p.add_argument("--prometheus-arg", action="append", default=[], metavar="ARG",
                    help="passed to prometheus unchanged, repeatable (e.g. --log.level=debug)")
 
@@ -81,12 +93,42 @@ def config_from_args(args) -> dict:
                          "--basic-auth-password-file")
     basic = (args.basic_auth_username, args.basic_auth_password_file) \
         if args.basic_auth_username else None
-    return agent_config(args.sd_dir, args.remote_write, args.node or socket.gethostname(),
-                        args.scrape_interval, listen=args.listen,
-                        headers=dict(map(parse_header, args.header)),
-                        bearer_token_file=args.bearer_token_file, basic_auth=basic,
-                        tls=_tls(args, "remote_write"), scrape_tls=_tls(args, "scrape"),
-                        native=args.native_histograms != "never")
+    common = dict(listen=args.listen, headers=dict(map(parse_header, args.header)),
+                  bearer_token_file=args.bearer_token_file, basic_auth=basic,
+                  tls=_tls(args, "remote_write"), scrape_tls=_tls(args, "scrape"),
+                  native=args.native_histograms != "never")
+    where = (args.sd_dir, args.remote_write, args.node or socket.gethostname(),
+             args.scrape_interval)
+    if args.tier == "agent":
+        if args.node_rules:
+            raise AgentError("--node-rules needs --tier node")
+        return agent_config(*where, **common)
+    from ..mixin.node_tier import NOT_SENT
+    return node_config(*where, rule_files=[_node_rules_path(args)], not_sent=NOT_SENT,
+                       **common)
+
+
+def _node_rules_path(args) -> str:
+    """--node-rules, or the default Config's node rules beside the storage (written by
+    write_node_rules before the binary starts)."""
+    if args.node_rules:
+        if not os.path.isfile(args.node_rules):
+            raise AgentError(f"--node-rules {args.node_rules}: no such file")
+        return os.path.abspath(args.node_rules)
+    return os.path.join(_storage(args), NODE_RULES_FILE)
+
+
+def write_node_rules(path: str) -> None:
+    from ..mixin.config import DEFAULT
+    from ..mixin.node_tier import node_file
+    with open(path, "w") as f:
+        f.write(node_file(DEFAULT))
+
+
+def _storage(args) -> str:
+    node = args.node or socket.gethostname()
+    return args.storage_path or os.path.join(
+        tempfile.gettempdir(), f"dpobs-agent-{_safe(node)}-{check_listen(args.listen)[1]}")
 
 
 def run(args) -> int:
@@ -104,15 +146,16 @@ def run(args) -> int:
     warning = header_warning(version_text, cfg["remote_write"][0].get("headers"))
     if warning:
         print(f"dpobs agent: warning: {warning}", file=sys.stderr, flush=True)
-    node = cfg["global"]["external_labels"]["node"]
-    storage = args.storage_path or os.path.join(
-        tempfile.gettempdir(), f"dpobs-agent-{_safe(node)}-{check_listen(args.listen)[1]}")
+    storage = _storage(args)
     os.makedirs(storage, exist_ok=True)
     os.makedirs(args.sd_dir, exist_ok=True)
+    if args.tier == "node" and not args.node_rules:
+        write_node_rules(os.path.join(storage, NODE_RULES_FILE))
     config_file = os.path.join(storage, "dpobs-agent.yml")
     with open(config_file, "w") as f:
         f.write(render(cfg))
-    argv = command(binary, version, config_file, storage, args.listen, args.prometheus_arg)
+    argv = command(binary, version, config_file, storage, args.listen, args.prometheus_arg,
+                   tier=args.tier)
     return supervise(argv, args.sd_dir, args.cleanup_interval,
                      _watch(args, cfg, config_file))
 

@@ -211,6 +211,22 @@ def agent_config(sd_dir: str, remote_write_url: str, node: str, scrape_interval:
     }
 
 
+def node_config(sd_dir: str, remote_write_url: str, node: str, scrape_interval: str = "15s",
+                *, rule_files: list[str], not_sent: tuple[str, ...], **agent) -> dict:
+    """The node tier's Prometheus config (`dpobs agent --tier node`, the mixin's
+    prometheus/node.yml): the agent's scrape jobs, queues and external label, run as a
+    server that evaluates `rule_files` (the mixin's node rules) every scrape interval and
+    sends their results with every raw series but the families in `not_sent`, which the
+    central rules read only through the node's parts (mixin/node_tier.py)."""
+    config = agent_config(sd_dir, remote_write_url, node, scrape_interval, **agent)
+    drop = {"source_labels": ["__name__"], "regex": "|".join(not_sent), "action": "drop"}
+    classic = dict(config["remote_write"][0])
+    classic["write_relabel_configs"] = classic["write_relabel_configs"] + [drop]
+    config["global"]["evaluation_interval"] = scrape_interval
+    return dict(config, rule_files=list(rule_files),
+                remote_write=[classic] + config["remote_write"][1:])
+
+
 def _timeout(interval: str) -> str:
     """Prometheus's own default (10s), capped by the interval it must fit in."""
     seconds = _seconds(interval)

@@ -66,14 +66,19 @@ def agent_flag(version: tuple[int, int]) -> str:
 
 
 def command(binary: str, version: tuple[int, int], config_file: str, storage: str,
-            listen: str, extra: list[str] = ()) -> list[str]:
+            listen: str, extra: list[str] = (), tier: str = "agent") -> list[str]:
     # native-histograms: scrape the protobuf exposition and its native histograms (2.x needs
     # the flag; 3.x accepts it), forwarded by the native queue (send_native_histograms).
     # flush-deadline: a reload that drops a queue retried forever (a refused native queue)
     # waits this long for it (default 1m, with the reload and new targets held meanwhile).
-    return [binary, agent_flag(version), "--enable-feature=native-histograms",
+    # The node tier is a server (it evaluates rules): a TSDB, kept only as long as its
+    # 5m windows and a central outage's replay need, instead of the agent's WAL.
+    mode = ([agent_flag(version)], f"--storage.agent.path={storage}") if tier == "agent" else \
+        ([], f"--storage.tsdb.path={storage}")
+    retention = [] if tier == "agent" else ["--storage.tsdb.retention.time=2h"]
+    return [binary, *mode[0], "--enable-feature=native-histograms",
             "--storage.remote.flush-deadline=10s",
-            f"--config.file={config_file}", f"--storage.agent.path={storage}",
+            f"--config.file={config_file}", mode[1], *retention,
             f"--web.listen-address={listen}", *extra]
 
 

@@ -35,6 +35,11 @@ endpoint: ../prometheus/central.yml started with `--web.enable-remote-write-rece
 Mimir (add `--header 'X-Scope-OrgID: <tenant>'`), Thanos Receive, VictoriaMetrics, Cortex.
 A receiver that is down at start is not an error: the agent keeps a WAL and retries.
 
+Past a few hundred processes, `--tier node` runs a Prometheus server per node instead,
+which evaluates the node rules and sends their results (../prometheus/node.yml is its
+config; the central side then loads ../prometheus/central-node-tier.yml;
+docs/guides/node-tier.md).
+
 Kubernetes: ../kubernetes has the agent as a sidecar of a multi-rank pod and as a
 DaemonSet; see docs/guides/kubernetes.md.
 """

@@ -95,17 +95,16 @@ def _straggler(c: Config) -> Rule:
             f">= {c.straggler_factor:g}\n"
             f"and {role}\n"
             f"(count {by_role} ({mean}) >= {c.straggler_min_processes})\n")
-    own = _query(mean + "{job=%q,node=%q,instance=%q,role=%q,rank=%q,op=%q}", "$labels.job",
-                 "$labels.node", "$labels.instance", "$labels.role", "$labels.rank",
-                 "$labels.op")
     return _alert(
         c, n.ALERT_STRAGGLER, "warning", expr, c.straggler_for,
         "One process's data-plane calls are much slower than the rest of its role's.",
-        "{{ $labels.op }} calls by " + PROC + " take {{ with " + own
-        + " }}{{ . | first | value | humanizeDuration }}{{ end }} on average,"
-        " {{ $value | printf \"%.3g\" }}x the median of its role's processes.",
+        "{{ $labels.op }} calls by " + PROC + " take {{ $value | printf \"%.3g\" }}x as long"
+        " on average as the median of its role's processes.",
         "The value is the ratio to the role's median (the median includes the straggler, so\n"
-        "one slow process cannot drag it up); it carries the process's labels.",
+        "one slow process cannot drag it up); it carries the process's labels. The\n"
+        "description runs no query: Prometheus expands it for every pending and firing series\n"
+        "at every evaluation, so a query in it costs one query per straggling process per\n"
+        "cycle (docs/development/scaling.md); the process's own mean is on the dashboard.",
         threshold=f">={c.straggler_factor:g}")
 
 

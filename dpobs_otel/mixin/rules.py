@@ -91,11 +91,17 @@ def over_steps(c: Config, rate: str) -> str:
     return f"{rate}\n  / ({_rate(c, f'{STEP}_sum', *PROCESS)} > 0)\n"
 
 
-def _frac_rules(c: Config) -> list[Rule]:
+def stepping_seconds(c: Config, *labels: str) -> str:
+    """Data-plane seconds per second of the processes that run steps, summed by `labels`
+    (frac_of_step's numerator; the node tier sums it per node, node_tier.py)."""
     steppers = stepping(c, data_plane_seconds(c, *PROCESS)).replace("\n", "\n  ")
+    return f"sum {c.by(*labels)} (\n  {steppers}\n)"
+
+
+def _frac_rules(c: Config) -> list[Rule]:
     return [
         Rule({"record": n.JOB_FRAC_OF_STEP,
-              "expr": f"sum {c.by('job')} (\n  {steppers}\n)\n"
+              "expr": f"{stepping_seconds(c, 'job')}\n"
                       f"  / ({n.JOB_STEP_SECONDS} > 0)\n"},
              "Fraction of step time spent in the data plane, over the processes that run\n"
              "steps: a worker's data-plane seconds outside any step (verl's workers have no\n"

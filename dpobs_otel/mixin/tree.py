@@ -1,7 +1,8 @@
 """`dpobs mixin --out DIR`: every operator artifact, from the package and one Config.
 
     DIR/prometheus/   prometheus.yml (one machine, file_sd), central.yml (agents remote-write
-                      into it), rules/*.rules.yml, tests/*.test.yml (promtool unit tests)
+                      into it), rules/*.rules.yml, tests/*.test.yml (promtool unit tests);
+                      the two-tier layout: node.yml, central-node-tier.yml, node-tier/
     DIR/alertmanager/ alertmanager.yml
     DIR/grafana/provisioning/
     DIR/kubernetes/   manifests
@@ -24,9 +25,11 @@ from pathlib import Path
 
 from .alerts import alerts_file
 from .config import DEFAULT, PROMTOOL_RUNBOOK_BASE, RUNBOOK_PATH, Config
-from .configs import alertmanager_yml, central_yml, prometheus_yml
+from .configs import (alertmanager_yml, central_node_tier_yml, central_yml, node_yml,
+                      prometheus_yml)
 from .grafana import MissingExtra, build_dashboards, grafana_provisioning
 from .kubernetes import build_manifests
+from .node_tier import CENTRAL_RULES, NODE_RULES, central_file, node_file
 from .render import write_files
 from .rules import recording_file
 
@@ -70,7 +73,12 @@ def servers(c: Config = DEFAULT) -> dict[str, str]:
              "prometheus/central.yml": central_yml(c),
              f"prometheus/rules/{RECORDING}": recording_file(c),
              f"prometheus/rules/{ALERTS}": alerts_file(c),
-             "alertmanager/alertmanager.yml": alertmanager_yml(c)}
+             "alertmanager/alertmanager.yml": alertmanager_yml(c),
+             # the two-tier layout, out of rules/ (which every one-tier loader globs)
+             "prometheus/node.yml": node_yml(c),
+             "prometheus/central-node-tier.yml": central_node_tier_yml(c),
+             f"prometheus/node-tier/{NODE_RULES}": node_file(c),
+             f"prometheus/node-tier/{CENTRAL_RULES}": central_file(c)}
     return files | {f"prometheus/tests/{n}": t for n, t in promtool_tests(c).items()}
 
 

@@ -171,6 +171,53 @@ def test_runs_the_binary_with_its_flag_and_exits_with_its_code(tmp_path, version
         "external_labels"] == {"node": "n"}
 
 
+def test_node_tier_runs_a_server_with_the_node_rules(tmp_path):
+    """--tier node: no agent flag, a TSDB, the default Config's node rules written beside it
+    and loaded, and the bucket families kept from the receiver (mixin/node_tier.py)."""
+    from dpobs_otel.mixin.config import DEFAULT
+    from dpobs_otel.mixin.node_tier import NOT_SENT, node_file
+    binary = fake_prometheus(tmp_path, "2.53.1", exit_code=0)
+    code = main(["agent", "--tier", "node", "--sd-dir", str(tmp_path / "sd"),
+                 "--remote-write", URL, "--node", "n", "--prometheus", binary,
+                 "--storage-path", str(tmp_path / "tsdb")])
+    assert code == 0
+    args = (tmp_path / "args").read_text().split()
+    assert "--enable-feature=agent" not in args and "--agent" not in args
+    assert f"--storage.tsdb.path={tmp_path / 'tsdb'}" in args
+    cfg = yaml.safe_load((tmp_path / "tsdb" / "dpobs-agent.yml").read_text())
+    rules = tmp_path / "tsdb" / "dpobs-node.rules.yml"
+    assert cfg["rule_files"] == [str(rules)] and rules.read_text() == node_file(DEFAULT)
+    dropped = [r["regex"] for r in cfg["remote_write"][0]["write_relabel_configs"]
+               if r["action"] == "drop"]
+    assert "|".join(NOT_SENT) in dropped
+    assert cfg["global"]["external_labels"] == {"node": "n"}
+
+
+def test_node_tier_config_is_what_promtool_accepts_as_a_server(tmp_path, capsys):
+    (tmp_path / "mine.rules.yml").write_text(node_file_text())
+    code = main(["agent", "--tier", "node", "--node-rules", str(tmp_path / "mine.rules.yml"),
+                 "--sd-dir", str(tmp_path / "sd"), "--remote-write", URL, "--node", "n",
+                 "--print-config"])
+    out = capsys.readouterr().out
+    assert code == 0
+    (tmp_path / "node.yml").write_text(out)
+    check = subprocess.run(["promtool", "check", "config", str(tmp_path / "node.yml")],
+                           capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def node_file_text() -> str:
+    from dpobs_otel.mixin.config import DEFAULT
+    from dpobs_otel.mixin.node_tier import node_file
+    return node_file(DEFAULT)
+
+
+def test_node_rules_without_the_node_tier_is_refused(tmp_path, capsys):
+    code = main(["agent", "--node-rules", str(tmp_path / "x.yml"), "--sd-dir", str(tmp_path),
+                 "--remote-write", URL, "--node", "n", "--print-config"])
+    assert code == 2 and "--tier node" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--prometheus", "/nonexistent/prometheus"], "prometheus binary not found"),
     (["--remote-write", "localhost:9090"], "malformed remote-write URL"),
