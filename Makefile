@@ -44,11 +44,12 @@ install: $(STAMP) $(WHEEL_STAMP)
 
 # The demo's own environment: what `dpobs demo` imports on the built-in store (torch, a hard
 # dependency, pinned first as above) and the picture it draws at the end ([report]), none of
-# the suite's test tools, docs toolchain, verl, NIXL, transformers or Mooncake (about a
-# quarter of .venv's size: README.md, "Two commands"). A venv of its own, so `make demo` and
+# the suite's test tools, docs toolchain, verl, NIXL, transformers or Mooncake (half of
+# .venv's size, measured: README.md, "Two commands"). A venv of its own, so `make demo` and
 # `make test` run in either order on one clone. Editable, like .venv, so the demo runs the
-# clone's code as it is now; no DPOBS_AUTO hook, which the demo never uses (it starts dpobs
-# in each of its processes itself; --backend ray sets the actors' variables).
+# clone's code as it is now; no DPOBS_AUTO hook: the built-in store's processes start dpobs
+# themselves. --backend ray (DPOBS_AUTO=1 in its actors), transferqueue and mooncake need
+# libraries only .venv has: run them from .venv/bin/dpobs.
 DEMO_VENV := .venv-demo
 DEMO_BIN := $(DEMO_VENV)/bin
 DEMO_STAMP := $(DEMO_VENV)/.installed
