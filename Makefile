@@ -1,4 +1,5 @@
-# The README's two commands: `make demo` and `make test`. Both build .venv on first use.
+# The README's two commands: `make demo` and `make test`. `make test` builds .venv (the suite's
+# whole environment) on first use, `make demo` the light .venv-demo; neither touches the other.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -41,8 +42,29 @@ $(WHEEL_STAMP): pyproject.toml $(STAMP)
 
 install: $(STAMP) $(WHEEL_STAMP)
 
-demo: $(STAMP)
-	$(BIN)/dpobs demo
+# The demo's own environment: what `dpobs demo` imports on the built-in store (torch, a hard
+# dependency, pinned first as above) and the picture it draws at the end ([report]), none of
+# the suite's test tools, docs toolchain, verl, NIXL, transformers or Mooncake (half of
+# .venv's size, measured: README.md, "Two commands"). A venv of its own, so `make demo` and
+# `make test` run in either order on one clone. Editable, like .venv, so the demo runs the
+# clone's code as it is now; no DPOBS_AUTO hook: the built-in store's processes start dpobs
+# themselves. --backend ray (DPOBS_AUTO=1 in its actors), transferqueue and mooncake need
+# libraries only .venv has: run them from .venv/bin/dpobs.
+DEMO_VENV := .venv-demo
+DEMO_BIN := $(DEMO_VENV)/bin
+DEMO_STAMP := $(DEMO_VENV)/.installed
+DEMO_EXTRAS := report
+
+$(DEMO_STAMP): pyproject.toml setup.py dpobs_otel/guard/_rowsums.c dpobs_otel/adapters/ray/_fast.c $(SUITE_PINS)
+	$(PY) -m venv $(DEMO_VENV)
+	$(DEMO_BIN)/pip install -q --upgrade pip
+	$(DEMO_BIN)/pip install -q -c $(SUITE_PINS) torch
+	$(DEMO_BIN)/pip install -q -c $(SUITE_PINS) -e '.[$(DEMO_EXTRAS)]'
+	touch $(DEMO_STAMP)
+
+# DEMO_ARGS passes options through: make demo DEMO_ARGS="--steps 30 --verify-tensor-hash".
+demo: $(DEMO_STAMP)
+	$(DEMO_BIN)/dpobs demo $(DEMO_ARGS)
 
 # The suite must never send a packet off this machine. As root, with unshare and ip at hand,
 # pytest runs in a fresh network namespace whose only interface is loopback; otherwise it runs
@@ -109,4 +131,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/guard.py
 
 clean:
-	rm -rf $(VENV) $(WHEELS) build *.egg-info
+	rm -rf $(VENV) $(DEMO_VENV) $(WHEELS) build *.egg-info

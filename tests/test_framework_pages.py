@@ -44,9 +44,16 @@ def test_every_page_exists_and_the_index_links_it():
         assert f"]({page}.md)" in index, f"{page}.md is not linked from the index"
 
 
-def test_the_verl_page_points_at_the_full_one():
-    assert "](../verl.md)" in _text("verl")
-    assert (REPO / "docs" / "guides" / "verl.md").exists()
+def test_one_verl_page_and_one_weight_sync_page():
+    """Issue 56: a newcomer found two verl pages and three weight-sync pages. One each now,
+    the verl page beside the other frameworks and saying how to turn it on in full."""
+    guides = REPO / "docs" / "guides"
+    assert sorted(p.relative_to(guides).as_posix() for p in guides.rglob("*.md")
+                  if "verl" in p.stem) == ["frameworks/verl.md"]
+    assert sorted(p.name for p in guides.rglob("*.md") if "weight" in p.stem) == ["weights.md"]
+    turning_on = _text("verl").split("## Turning it on", 1)[1].split("\n## ", 1)[0]
+    for variable in ("DPOBS_AUTO", "DPOBS_ROLE", "DPOBS_SD_DIR", "DPOBS_VERIFY_TENSOR_HASH"):
+        assert variable in turning_on, variable
 
 
 def test_every_page_without_an_adapter_has_a_runnable_send_block():

@@ -10,7 +10,7 @@ the trainer's `send_weights(weights, global_steps)` and each rollout worker's
 base class, the backends verl ships and any registered later (a user's own, through
 `CheckpointEngineRegistry` or `checkpoint_engine.custom_backend_module`), through
 `tel.weights` (dpobs_otel/weights): one sync per call and side, its version the call's
-`global_steps`. docs/guides/verl.md says what is seen and what is not.
+`global_steps`. docs/guides/frameworks/verl.md says what is seen and what is not.
 
     instrumentor.py  VerlInstrumentor (entry point `verl`, DPOBS_AUTO=1)
     engines.py       the base class's subclasses, patched now and as they are defined

@@ -11,8 +11,8 @@ fingerprints every tensor and takes the sender's manifest item out before the ro
 engine sees anything. Sending: the engine's `weights` argument, before verl's
 split_weight_chunks cuts anything, goes through the same stream wrapper as
 `tel.weights.sent`, so the manifest item follows the last weight into the engine and is
-chunked, moved and merged like any other tensor (docs/guides/verl.md). The send's sync ends when
-the call has returned and the stream has ended, whichever is last: a backend's last bucket
+chunked, moved and merged like any other tensor (docs/guides/frameworks/verl.md). The send's
+sync ends when the call has returned and the stream has ended, whichever is last: a backend's last bucket
 leaves after its last tensor was taken (the call is the sync), while the colocated `naive`
 backend only stores the stream for its receive_weights to read later (the stream is).
 
