@@ -4,7 +4,7 @@ title, labelled axes and a legend, the source in the caption. matplotlib comes w
 from __future__ import annotations
 
 from ..tracing.picture import require_matplotlib as _pyplot  # the extras report and timeline
-from .answers import Page, Panel
+from .answers import GUARD, Page, Panel
 
 COLUMNS = 2
 
@@ -14,27 +14,46 @@ def _number(v: float) -> str:
     return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.3g}"
 
 
+MISMATCH = "tab:red"  # the guard's mismatched rows: the one bar a reader must not miss
+
+
 def _bars(ax, panel: Panel) -> None:
+    """Grouped bars on linear axes (a bar's height is its value); only the categories a
+    series has get a bar and a label; with three series or more the labels stand upright,
+    so neighbours never overlap."""
     categories = sorted({c for cats in panel.bars.values() for c in cats})
     width = 0.8 / len(panel.bars)
+    upright = len(panel.bars) > 2
     for i, (series, cats) in enumerate(sorted(panel.bars.items())):
-        xs = [k + (i - (len(panel.bars) - 1) / 2) * width for k in range(len(categories))]
-        values = [cats.get(c, 0.0) for c in categories]
-        bars = ax.bar(xs, values, width, label=series)
-        ax.bar_label(bars, fmt=_number, fontsize=7)
+        at = [k for k, c in enumerate(categories) if c in cats]
+        xs = [k + (i - (len(panel.bars) - 1) / 2) * width for k in at]
+        bars = ax.bar(xs, [cats[categories[k]] for k in at], width, label=series)
+        ax.bar_label(bars, fmt=_number, fontsize=7, padding=2,
+                     rotation=90 if upright else 0)
+        if panel.title == GUARD:
+            _mismatch(ax, bars, [categories[k] for k in at], [cats[categories[k]] for k in at])
     ax.set_xticks(range(len(categories)), categories, rotation=20 if len(categories) > 4 else 0)
     xlabel, ylabel = panel.axes
     ax.set_title(panel.title)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
-    if panel.log:  # p50 and p99 can be decades apart; plain numbers on the ticks
-        from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
-        ax.set_yscale("log")
-        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-        ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
-        ax.yaxis.set_minor_formatter(NullFormatter())
-    ax.margins(y=0.15)
-    ax.legend(fontsize=8)
+    ax.set_ylim(0, max(v for c in panel.bars.values() for v in c.values()) * (
+        1.3 if upright else 1.15))
+    if len(panel.bars) > 1:
+        ax.legend(fontsize=8)
+
+
+def _mismatch(ax, bars, categories, values) -> None:
+    """The mismatched rows in red, their count in large red type above the bar: one row
+    against tens of thousands checked is a bar too thin to see."""
+    for bar, category, value in zip(bars, categories, values):
+        if category == "mismatched" and value > 0:
+            bar.set_color(MISMATCH)
+            bar.set_edgecolor(MISMATCH)
+            bar.set_linewidth(2)  # a hairline bar still shows as a red line
+            ax.annotate(f"{_number(value)} mismatched", (bar.get_x() + bar.get_width() / 2,
+                        0), xytext=(0, 24), textcoords="offset points", ha="center",
+                        color=MISMATCH, fontsize=12, fontweight="bold")
 
 
 def figure(page: Page):
