@@ -28,6 +28,7 @@ from .critical import critical_path_lines
 from .queue import check_queue, queue_lines
 from .truth import dp_seconds, frac_of_step, merge, op_shares, quantile  # noqa: F401 (API)
 from . import ray_report, store_report
+from .guard_report import guard_line
 from .ray_plane import RayWorkload
 from .weightsync_report import stack_mixin, weight_config, weight_lines
 from .workload import Workload
@@ -229,7 +230,7 @@ def report(res: Result, stack: Stack | None, cfg: Config) -> str:
                      f"{frac_of_step(res.truth[k]):>8.1%}"
                      f"{'-' if p is None else format(p, '.1%'):>12}")
     lines += critical_path_lines(res, stack)
-    lines += queue_lines(res, cfg) + [_guard_line(samples, cfg)] + weight_lines(res, stack, cfg)
+    lines += queue_lines(res, cfg) + [guard_line(samples, cfg)] + weight_lines(res, stack, cfg)
     lines += store_report.store_lines(res, stack, cfg)
     if res.cluster is not None:
         lines += _cluster_lines(*res.cluster)
@@ -265,62 +266,6 @@ def _oprow(op, source, calls, seconds, qs, nbytes, share) -> str:
     q = "".join(f"{x * 1e3:>8.2f}" for x in qs)
     return (f"  {op:<10}{source:<9}{int(calls):>7}{mean:>9.2f}{q}{nbytes / MB:>10.2f}"
             f"{share:>8.1%}")
-
-
-GUARD = {"recorded": nm.GUARD_RECORDED_SERIES, "checked": nm.GUARD_CHECKED_SERIES,
-         "mismatched": nm.GUARD_MISMATCHED_SERIES, "unverified": nm.GUARD_UNVERIFIED_SERIES,
-         "fields skipped": nm.GUARD_SKIPPED_SERIES, "failures": nm.GUARD_FAILURES_SERIES}
-
-
-def _guard_line(samples, cfg: Config) -> str:
-    if not cfg.verify:
-        return "\nWire guard: off (--verify-tensor-hash turns it on)"
-    counts = {what: metric_sum(samples, series) for what, series in GUARD.items()}
-    bad = sorted({lab.get("field", "?") for n, lab, v in samples
-                  if n == nm.GUARD_MISMATCHED_SERIES and v > 0})
-    return ("\nWire guard rows: " + ", ".join(f"{k} {int(v)}" for k, v in counts.items())
-            + (f"  (mismatched field: {', '.join(bad)})" if bad else "")
-            + _guard_why(samples, counts))
-
-
-# Why the guard declines a row or a field (guard/hooks.py's counting rules), for the report.
-SKIP_REASONS = {
-    "non_tensor": "not a tensor (a string or object column: nothing to fingerprint)",
-    "unsupported_layout": "a layout the fingerprint cannot read (sparse, ragged past the "
-                          "first dimension)",
-    "no_batch_dim": "no row dimension", "not_a_tensordict": "the payload is no TensorDict",
-    "row_count_mismatch": "rows not in the order asked (no id to salt with)",
-    "partial_selection": "read through a selector no digest was added for",
-    "digest_version": "written with another fingerprint version",
-    "digest_malformed": "its digest column was altered", "reserved_name": "a caller's "
-    "column under the guard's prefix"}
-
-
-def _by(samples, series: str, label: str) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for name, labels, value in samples:
-        if name == series and value > 0:
-            key = labels.get(label, "?")
-            out[key] = out.get(key, 0.0) + value
-    return out
-
-
-def _guard_why(samples, counts: dict) -> str:
-    """Why rows are unverified and fields skipped: per field, per reason, in words."""
-    lines = []
-    if counts["unverified"]:
-        fields = _by(samples, nm.GUARD_UNVERIFIED_SERIES, "field")
-        lines.append("  unverified: rows read back with no usable digest (never counted "
-                     "clean), because their field was not fingerprinted at put (see the "
-                     "skipped fields) or was read without its digest column; by field: "
-                     + ", ".join(f"{f} {int(v)}" for f, v in sorted(fields.items())))
-    if counts["fields skipped"]:
-        reasons = _by(samples, nm.GUARD_SKIPPED_SERIES, "reason")
-        lines.append("  fields skipped: fields the guard could not fingerprint or compare, "
-                     "counted once per put or get; by reason: " + "; ".join(
-                         f"{r} {int(v)}: {SKIP_REASONS.get(r, r)}"
-                         for r, v in sorted(reasons.items())))
-    return "".join("\n" + line for line in lines)
 
 
 def _prometheus_lines(stack: Stack, measured: dict, cfg: Config) -> list[str]:

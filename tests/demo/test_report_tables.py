@@ -10,6 +10,7 @@ from dpobs_otel import names as nm
 from dpobs_otel.demo import critical
 from dpobs_otel.demo import report as demo
 from dpobs_otel.demo.batches import Config
+from dpobs_otel.demo.guard_report import guard_line
 from dpobs_otel.demo.truth import Durations
 from dpobs_otel.readback.headline import Numbers, sentence
 
@@ -107,7 +108,7 @@ def test_the_critical_path_table_is_one_line_when_every_process_repeats_one_figu
 
 
 def test_unverified_rows_and_skipped_fields_are_explained():
-    text = demo._guard_line(GUARD, Config(verify=True))
+    text = guard_line(GUARD, Config(verify=True))
     assert "unverified 12, fields skipped 3" in text
     unverified = next(line for line in text.splitlines() if "unverified:" in line)
     assert "no usable digest" in unverified and "meta 12" in unverified
