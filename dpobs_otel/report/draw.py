@@ -3,10 +3,13 @@ title, labelled axes and a legend, the source in the caption. matplotlib comes w
 `report` (its Agg backend: no display needed), as for the timeline's picture."""
 from __future__ import annotations
 
+import textwrap
+
 from ..tracing.picture import require_matplotlib as _pyplot  # the extras report and timeline
 from .answers import GUARD, Page, Panel
 
 COLUMNS = 2
+CAPTION_CHARS = 170  # a line of the caption at 9 pt across the 12-inch page
 
 
 def _number(v: float) -> str:
@@ -60,14 +63,17 @@ def figure(page: Page):
     """The matplotlib Figure of the page (tests read its axes)."""
     plt = _pyplot()
     rows = max(1, -(-len(page.panels) // COLUMNS))
-    fig, axes = plt.subplots(rows, COLUMNS, figsize=(12, 3.6 * rows + 1), squeeze=False)
+    height = 3.6 * rows + 1
+    fig, axes = plt.subplots(rows, COLUMNS, figsize=(12, height), squeeze=False)
     for ax, panel in zip(axes.flat, page.panels):
         _bars(ax, panel)
     for ax in list(axes.flat)[len(page.panels):]:
         fig.delaxes(ax)
     fig.suptitle(page.title + (f"\n{page.verdict}" if page.verdict else ""), fontsize=12)
-    fig.text(0.5, 0.01, page.caption, ha="center", fontsize=9, wrap=True)
-    fig.tight_layout(rect=(0, 0.04, 1, 0.96))
+    # wrapped here, not by matplotlib at draw time, so the caption's height is known
+    fig.text(0.5, 0.01, textwrap.fill(page.caption, CAPTION_CHARS), ha="center", fontsize=9)
+    # half an inch under the panels for the caption's two lines, whatever the page's height
+    fig.tight_layout(rect=(0, 0.5 / height, 1, 1 - 0.5 / height))
     return fig
 
 

@@ -56,3 +56,18 @@ def test_latency_is_on_a_linear_axis_its_labels_apart():
     assert len(boxes) == 4 * len(OPS)
     for one, two in itertools.combinations(boxes, 2):
         assert not one.overlaps(two), (one, two)
+
+
+def test_the_caption_is_wrapped_within_the_page_clear_of_the_panels():
+    ops = ("ray_args", "ray_call", "ray_get", "ray_put", "ray_return")  # tick labels aslant
+    found = {a.LATENCY: {"p50": dict.fromkeys(ops, 5.0)}, a.BYTES: {"read": {"ray_get": 1.0}}}
+    p = a.page("t", "Source: Prometheus http://127.0.0.1:60183, the overview dashboard's "
+               "queries over the last 5m", found)  # the Ray demo's page: four panels named
+    fig = figure(p)
+    fig.canvas.draw()
+    caption = next(t for t in fig.texts if t.get_text().startswith("Source"))
+    box = caption.get_window_extent()
+    assert 0 <= box.x0 and box.x1 <= fig.bbox.width  # wrapped within the page
+    top = box.y1
+    for ax in fig.axes:
+        assert ax.get_tightbbox().y0 > top + 5, ax.get_title()  # a gap, not a touch
