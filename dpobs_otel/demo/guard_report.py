@@ -11,10 +11,10 @@ GUARD = {"recorded": nm.GUARD_RECORDED_SERIES, "checked": nm.GUARD_CHECKED_SERIE
 
 def guard_line(samples, cfg) -> str:
     """The guard's counts (cfg: the demo's batches.Config), or "off"."""
-    from .report import metric_sum  # report imports this module: read at call time
     if not cfg.verify:
         return "\nWire guard: off (--verify-tensor-hash turns it on)"
-    counts = {what: metric_sum(samples, series) for what, series in GUARD.items()}
+    counts = {what: sum(_by(samples, series, "field").values())
+              for what, series in GUARD.items()}
     bad = sorted({lab.get("field", "?") for n, lab, v in samples
                   if n == nm.GUARD_MISMATCHED_SERIES and v > 0})
     return ("\nWire guard rows: " + ", ".join(f"{k} {int(v)}" for k, v in counts.items())
@@ -36,6 +36,7 @@ SKIP_REASONS = {
 
 
 def _by(samples, series: str, label: str) -> dict[str, float]:
+    """A counter's non-zero values summed per value of `label` (over every process)."""
     out: dict[str, float] = {}
     for name, labels, value in samples:
         if name == series and value > 0:
