@@ -58,6 +58,14 @@ def _rule_fractions(stack) -> tuple[dict, tuple]:
     return {i: tuple(p.get(i) for p in per) for i in per[0]}, job
 
 
+def _lockstep(rows: list) -> bool:
+    """Whether the workload's clock and the counters give one figure for all three fractions
+    (as shown, to 0.1%): a lockstep process, whose three columns repeat one number."""
+    shown = [{format(x, ".1%") for x in fr if x is not None}
+             for _span, source, fr in rows if source in ("truth", "metrics")]
+    return all(len(cells) <= 1 for cells in shown)
+
+
 def critical_path_lines(res, stack) -> list[str]:
     """The three fractions per process (most exposed first) and for the job: the workload's
     clock and the counters over every step, its clock and the recording rules over the
@@ -79,9 +87,16 @@ def critical_path_lines(res, stack) -> list[str]:
              "on data", f"  {'process':<12}{'span':<16}{'source':<9}{'op-s':>9}{'busy':>9}"
              f"{'exposed':>9}"]
     keys = sorted(res.info, key=lambda k: -(fractions(res.total(k))[2] or 0.0))
-    for k in keys:
-        block(f"{k[0]} {k[1]}", rows([res.total(k)], [res.scraped[k]], [res.truth[k]],
-                                     per.get(res.info[k]["instance"], (None,) * 3)))
+    blocks = [(f"{k[0]} {k[1]}", rows([res.total(k)], [res.scraped[k]], [res.truth[k]],
+                                      per.get(res.info[k]["instance"], (None,) * 3)))
+              for k in keys]
+    if all(_lockstep(r) for _, r in blocks):
+        lines.append("  per process: left out, op-s = busy = exposed on every process by its "
+                     "clock and its counters (each call blocks the step thread, none overlap), "
+                     "so each is the Processes table's fraction of step; the job:")
+        blocks = []
+    for name, r in blocks:
+        block(name, r)
     block("job", rows([res.total(k) for k in keys], [res.scraped[k] for k in keys],
                       [res.truth[k] for k in keys], job))
     if stack is not None:

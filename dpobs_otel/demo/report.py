@@ -28,6 +28,7 @@ from .critical import critical_path_lines
 from .queue import check_queue, queue_lines
 from .truth import dp_seconds, frac_of_step, merge, op_shares, quantile  # noqa: F401 (API)
 from . import ray_report, store_report
+from .guard_report import guard_line
 from .ray_plane import RayWorkload
 from .weightsync_report import stack_mixin, weight_config, weight_lines
 from .workload import Workload
@@ -157,16 +158,46 @@ def metric_sum(samples, name: str) -> float:
 
 
 # -- the report ----------------------------------------------------------------------------
+def verdict_line(res: Result, stack: Stack | None, cfg: Config) -> str:
+    """The job's one-line verdict (readback/headline.py), the sentence `dpobs report` and
+    `dpobs top` print: from the recording rules with a stack, else from the workload's own
+    clock over the measured steps and the processes' guard counters."""
+    from ..config import Settings
+    from ..readback import headline
+    from ..report.command import verdict
+    if stack is not None:
+        try:
+            return "Verdict: " + verdict(stack.prometheus, None, cfg.job or Settings.job)
+        except Exception as exc:  # the tables below still hold the answer
+            return f"Verdict: none from Prometheus ({type(exc).__name__}: {exc})"
+    keys = [k for k in res.info if k[0] != cfg.unmeasured]
+    measured = merge(res.truth[k] for k in keys)
+    samples = [s for k in keys for s in res.scraped[k]]
+    step_s = measured["step_s"]
+    guarded = cfg.verify and any(n == nm.GUARD_CHECKED_SERIES for n, _, _ in samples)
+    said = headline.from_parts(
+        frac_of_step(measured), measured["exposed_s"] / step_s if step_s else None,
+        op_shares(measured), {headline.who({"role": k[0], "rank": k[1]}):
+                              frac_of_step(res.truth[k]) for k in keys},
+        metric_sum(samples, nm.GUARD_CHECKED_SERIES) if guarded else None,
+        metric_sum(samples, nm.GUARD_MISMATCHED_SERIES) if guarded else None)
+    return "Verdict (the workload's own clock, no Prometheus): " + headline.sentence(said)
+
+
 def report(res: Result, stack: Stack | None, cfg: Config) -> str:
-    if cfg.backend == "ray":
-        return ray_report.report(res, cfg, stack)
+    if cfg.backend == "ray":  # the Ray truth has its own shape: the rules' verdict only
+        head = [verdict_line(res, stack, cfg)] if stack is not None else []
+        return "
+".join(head + [ray_report.report(res, cfg, stack)])
     keys = [k for k in res.info if k[0] != cfg.unmeasured]  # dpobs's numbers: theirs only
     total = merge(res.total(k) for k in keys)
     measured = merge(res.truth[k] for k in keys)
     samples = [s for k in keys for s in res.scraped[k]]
     mops = metric_ops(samples)
-    lines = ["\nData-plane ops, all processes, every step (truth: the workload's own clock and "
-             "byte count; native: their native histograms merged; classic: buckets), worst first"]
+    lines = [verdict_line(res, stack, cfg),
+             "\nData-plane ops, all processes, every step (truth: the workload's own clock and "
+             "byte count; native: their native histograms merged; classic, where no native: "
+             "interpolated between the bucket bounds shown under it), worst first"]
     lines.append(f"  {'op':<10}{'source':<9}{'calls':>7}{'mean ms':>9}{'p50':>8}{'p90':>8}"
                  f"{'p99':>8}{'MB':>10}{'share':>8}")
     dp_t = dp_seconds(total)
@@ -178,13 +209,12 @@ def report(res: Result, stack: Stack | None, cfg: Config) -> str:
                             (0.5, 0.9, 0.99)], nbytes, d.total / dp_t))
         m = mops.get(op, {"calls": 0, "seconds": 0.0, "buckets": {}, "bytes": 0})
         h = native.pooled((res.native or {}).values(), nm.OP_DURATION_NATIVE_SERIES, op=op)
+        share = m["seconds"] / dp_m if dp_m else 0.0
         if h is not None:
             lines.append(_oprow("", "native", h.count, h.sum,
-                                [h.quantile(q) for q in (0.5, 0.9, 0.99)],
-                                m["bytes"], m["seconds"] / dp_m if dp_m else 0.0))
-        lines.append(_oprow("", "classic", m["calls"], m["seconds"],
-                            [bucket_quantile(m["buckets"], q) for q in (0.5, 0.9, 0.99)],
-                            m["bytes"], m["seconds"] / dp_m if dp_m else 0.0))
+                                [h.quantile(q) for q in (0.5, 0.9, 0.99)], m["bytes"], share))
+        else:
+            lines += _classic_rows(m, share)
     prom = {r["metric"].get("instance"): r["value"]
             for r in (stack.query(nm.INSTANCE_FRAC_OF_STEP) if stack is not None else ())}
     lines.append("\nProcesses, worst first: fraction of step time in the data plane "
@@ -202,14 +232,35 @@ def report(res: Result, stack: Stack | None, cfg: Config) -> str:
                      f"{frac_of_step(res.truth[k]):>8.1%}"
                      f"{'-' if p is None else format(p, '.1%'):>12}")
     lines += critical_path_lines(res, stack)
-    lines += queue_lines(res, cfg) + [_guard_line(samples, cfg)] + weight_lines(res, stack, cfg)
+    lines += queue_lines(res, cfg) + [guard_line(samples, cfg)] + weight_lines(res, stack, cfg)
     lines += store_report.store_lines(res, stack, cfg)
     if res.cluster is not None:
-        lines.append("\nCluster view (tel.cluster_step_metrics(sd_dir), the measured steps)\n"
-                     + cluster_text(*res.cluster))
+        lines += _cluster_lines(*res.cluster)
     if stack is not None:
         lines += _prometheus_lines(stack, measured, cfg)
     return "\n".join(lines)
+
+
+def _classic_rows(m: dict, share: float) -> list[str]:
+    """The classic buckets' row and, under its percentiles, the bucket bound each lies
+    below: a classic percentile is a guess within its bucket, not a measured latency."""
+    qs = [bucket_quantile(m["buckets"], q) for q in (0.5, 0.9, 0.99)]
+    bounds = [min((le for le in m["buckets"] if le >= q), default=float("inf")) for q in qs]
+    return [_oprow("", "classic", m["calls"], m["seconds"], qs, m["bytes"], share),
+            f"  {'':<10}{'bound <=':<25}" + "".join(f"{b * 1e3:>8g}" for b in bounds)]
+
+
+MAX_BOUND = "max_le_ms"  # the cluster view's max_ms, named for what it is
+
+
+def _cluster_lines(got: dict, table) -> list[str]:
+    """The cluster view, its max_ms column named as the bucket bound it is."""
+    columns, rows = table
+    columns = [MAX_BOUND if c == "max_ms" else c for c in columns]
+    return ["\nCluster view (tel.cluster_step_metrics(sd_dir), the measured steps)",
+            cluster_text(got, (columns, rows)),
+            f"  {MAX_BOUND}: the upper bound of the highest bucket a call reached (the slowest "
+            "call took at most this long): a bucket bound, not a measured maximum"]
 
 
 def _oprow(op, source, calls, seconds, qs, nbytes, share) -> str:
@@ -219,31 +270,15 @@ def _oprow(op, source, calls, seconds, qs, nbytes, share) -> str:
             f"{share:>8.1%}")
 
 
-GUARD = {"recorded": nm.GUARD_RECORDED_SERIES, "checked": nm.GUARD_CHECKED_SERIES,
-         "mismatched": nm.GUARD_MISMATCHED_SERIES, "unverified": nm.GUARD_UNVERIFIED_SERIES,
-         "fields skipped": nm.GUARD_SKIPPED_SERIES, "failures": nm.GUARD_FAILURES_SERIES}
-
-
-def _guard_line(samples, cfg: Config) -> str:
-    if not cfg.verify:
-        return "\nWire guard: off (--verify-tensor-hash turns it on)"
-    counts = {what: metric_sum(samples, series) for what, series in GUARD.items()}
-    bad = sorted({lab.get("field", "?") for n, lab, v in samples
-                  if n == nm.GUARD_MISMATCHED_SERIES and v > 0})
-    return ("\nWire guard rows: " + ", ".join(f"{k} {int(v)}" for k, v in counts.items())
-            + (f"  (mismatched field: {', '.join(bad)})" if bad else ""))
-
-
 def _prometheus_lines(stack: Stack, measured: dict, cfg: Config) -> list[str]:
     def one(expr):
         r = stack.query(expr)
         return r[0]["value"] if r else float("nan")
 
-    lines = ["\nPrometheus recording rules (5m windows) beside the truth of the measured steps",
-             f"  {'rule':<72}{'prometheus':>12}{'truth':>12}"]
+    rows: list[tuple[str, str, str]] = []  # (rule with its labels, prometheus, truth)
 
     def row(label, value, truth, fmt="{:.4f}"):
-        lines.append(f"  {label:<72}{fmt.format(value):>12}{fmt.format(truth):>12}")
+        rows.append((label, fmt.format(value), fmt.format(truth)))
 
     row(nm.JOB_FRAC_OF_STEP, one(nm.JOB_FRAC_OF_STEP), frac_of_step(measured))
     shares = op_shares(measured)
@@ -252,11 +287,13 @@ def _prometheus_lines(stack: Stack, measured: dict, cfg: Config) -> list[str]:
         row(share, one(share), shares[op])
         d = measured["ops"][op]
         for q in ("0.5", "0.99"):
-            for rule, how in ((nm.JOB_OP_NATIVE_QUANTILE, "native"),
-                              (nm.JOB_OP_QUANTILE, "classic")):
-                row(f'{rule.split(":")[1][-22:]}:..{{op="{op}",quantile="{q}"}} (ms, {how})',
-                    1e3 * one(f'{rule}{{op="{op}",quantile="{q}"}}'),
-                    1e3 * quantile(d, float(q)), "{:.2f}")
+            sel = f'{{op="{op}",quantile="{q}"}}'
+            rule, how = nm.JOB_OP_NATIVE_QUANTILE, "native"
+            value = 1e3 * one(rule + sel)
+            if value != value:  # no native histograms: the classic buckets' guess
+                rule, how = nm.JOB_OP_QUANTILE, "classic, within a bucket's bounds"
+                value = 1e3 * one(rule + sel)
+            row(f"{rule}{sel} (ms, {how})", value, 1e3 * quantile(d, float(q)), "{:.2f}")
     for (op, direction), n in sorted(measured["bytes"].items()):
         calls = len(measured["ops"].get(op, ()))
         sel = f'{{op="{op}",direction="{direction}"}}'
@@ -264,6 +301,11 @@ def _prometheus_lines(stack: Stack, measured: dict, cfg: Config) -> list[str]:
                        f' / ignoring(direction) {nm.JOB_OP_RATE}{{op="{op}"}}')
         row(f"bytes per {op} call, {direction} (transferred_bytes:rate5m / operations:rate5m)",
             per_call, n / calls if calls else float("nan"), "{:.0f}")
+    width = max(len(r[0]) for r in rows) + 2  # every rule's whole name, never cut
+    lines = ["\nPrometheus recording rules (5m windows) beside the truth of the measured "
+             "steps (the classic buckets' quantiles only where no native histogram is)",
+             f"  {'rule':<{width}}{'prometheus':>12}{'truth':>12}"]
+    lines += [f"  {label:<{width}}{value:>12}{truth:>12}" for label, value, truth in rows]
     alerts = [_alert(a["labels"]) for a in stack.wait_alerts(cfg.faults_alert())]
     lines.append("\nAlertmanager: " + ("; ".join(alerts) or "no alerts"))
     return lines

@@ -1,9 +1,10 @@
 """The page as data: each panel a title, its axes' labels (units in parentheses) and labelled
 bars (series -> category -> value), from the overview's queries against Prometheus or from
-the cluster view of a file_sd directory. A panel with nothing to show is left off the page
-and named in its caption, never drawn empty."""
+the cluster view of a file_sd directory. A panel with nothing to show (no value, or only
+zeros) is left off the page and named in its caption, never drawn empty."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from .. import names as n
@@ -18,7 +19,7 @@ ORDER = (FRAC, SHARE, LATENCY, BYTES, WEIGHTS, GUARD)
 AXES = {  # title -> (x label, y label with its unit)
     FRAC: ("process (role rank)", "fraction of step (%)"),
     SHARE: ("op", "share of data-plane time (%)"),
-    LATENCY: ("op", "latency (ms, log scale)"),
+    LATENCY: ("op", "latency (ms)"),
     BYTES: ("op", "payload per step (MB)"),
     WEIGHTS: ("side", "mean time per sync (ms)"),
     GUARD: ("rows", "rows (count)"),
@@ -35,10 +36,6 @@ class Panel:
     def axes(self) -> tuple[str, str]:
         return AXES[self.title]
 
-    @property
-    def log(self) -> bool:
-        return self.title == LATENCY
-
 
 @dataclass
 class Page:
@@ -51,11 +48,12 @@ class Page:
 
 def page(title: str, source: str, found: dict[str, dict[str, dict[str, float]]],
          verdict: str = "") -> Page:
-    """The panels in ORDER; those without a single value named as missing in the caption."""
+    """The panels in ORDER; those without a single non-zero value (an axis around nothing)
+    named as missing in the caption."""
     out = Page(title, source, verdict=verdict)
     for name in ORDER:
         bars = {s: c for s, c in found.get(name, {}).items() if c}
-        if bars:
+        if any(v for c in bars.values() for v in c.values() if math.isfinite(v)):
             out.panels.append(Panel(name, bars))
         else:
             out.missing.append(name)

@@ -17,22 +17,78 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     where.add_argument("--sd-dir", metavar="DIR",
                        help="no Prometheus: the cluster view of this file_sd directory")
     p.add_argument("--job", default="dpobs", help="the job to draw (default: %(default)s)")
+    p.add_argument("--at", metavar="TIME", type=when,
+                   help="with --prometheus: the 5m window ending at TIME (epoch seconds or "
+                   "RFC 3339, e.g. 2026-12-07T11:00:00Z); without it, now, or for a job that "
+                   "has ended its last evaluation")
     p.add_argument("--png", required=True, metavar="FILE", help="where to write the page")
 
 
-def build(prometheus: str | None, sd_dir: str | None, job: str) -> Page:
-    """The page from Prometheus (the last 5m) or, without one, the cluster view (every
-    process since its start); the caption says which."""
+def when(text: str) -> float:
+    """--at's TIME as epoch seconds: a number, or an RFC 3339 time."""
+    from ..readback.prometheus import PrometheusError, timestamp
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        t = timestamp(text)
+    except (PrometheusError, ValueError):
+        t = None
+    if t is None:
+        raise argparse.ArgumentTypeError(f"{text!r}: not epoch seconds nor an RFC 3339 time")
+    return t
+
+
+LOOKBACK_S = 7 * 86400  # how far back an ended job's last evaluation is looked for
+
+
+class At:
+    """A Prometheus whose instant queries all run at one time (None: now), so the overview's
+    queries and the verdict's rules read the same window."""
+
+    def __init__(self, prom, t: float | None):
+        self.prom, self.t = prom, t
+
+    def query(self, expr: str) -> list[dict]:
+        return self.prom.query(expr, at=self.t)
+
+
+def last_evaluation(prom, job: str, now: float) -> float | None:
+    """When the job's recording rules last had a value: now while it runs, else the time of
+    their last sample before its targets went away (None: never within LOOKBACK_S). A coarse
+    pass finds the step holding the last sample, a fine one its own timestamp."""
+    from .. import names
+    rule = f'{names.JOB_FRAC_OF_STEP}{{job="{job}"}}'
+    if prom.query(rule, at=now):
+        return None
+    coarse = LOOKBACK_S / 5000  # under Prometheus's 11,000 points per series
+    found = prom.query_range(f"last_over_time({rule}[{coarse:.0f}s])", now - LOOKBACK_S, now,
+                             coarse)
+    ends = [float(ts) for r in found for ts, _ in r["values"]]
+    if not ends:
+        return None
+    end = max(ends)
+    fine = prom.query_range(f"timestamp({rule})", end - coarse - 1, end, 1)
+    stamps = [float(v) for r in fine for _, v in r["values"]]
+    return max(stamps) if stamps else end
+
+
+def build(prometheus: str | None, sd_dir: str | None, job: str,
+          at: float | None = None) -> Page:
+    """The page from Prometheus (the 5m ending now, at `at`, or, for a job that has ended, at
+    its last evaluation) or, without one, the cluster view (every process since its start);
+    the caption says which."""
     from ..readback import headline
     title = f"dpobs: the overview's answers, job {job}"
     if prometheus:
         from ..readback.prometheus import Prometheus
         from .queries import from_prometheus
-        prom = Prometheus(prometheus, timeout=10)
+        prom, window = _window(Prometheus(prometheus, timeout=10), job, at)
         found = from_prometheus(prom, job)
         said = headline.from_rules(prom, job)
         return page(title, f"Source: Prometheus {prometheus}, the overview dashboard's "
-                    "queries over the last 5m", found, headline.sentence(said))
+                    f"queries over the {window}", found, headline.sentence(said))
     from ..readback.cluster import ClusterView
     view = ClusterView(sd_dir, job, timeout=5)
     view.step_metrics()
@@ -40,6 +96,22 @@ def build(prometheus: str | None, sd_dir: str | None, job: str) -> Page:
     return page(title, f"Source: the cluster view of {sd_dir} (no Prometheus), each process "
                 "since its start", from_window(view.last, view.breakdown()),
                 headline.sentence(said))
+
+
+def _window(prom, job: str, at: float | None) -> tuple[At, str]:
+    """The Prometheus to read (at one time) and the caption's words for its window."""
+    import time
+    if at is None:
+        at = last_evaluation(prom, job, time.time())
+        if at is None:
+            return At(prom, None), "last 5m"
+        return At(prom, at), f"5m ending at {_utc(at)}, the job's last evaluation"
+    return At(prom, at), f"5m ending at {_utc(at)}"
+
+
+def _utc(t: float) -> str:
+    from datetime import datetime, timezone
+    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def verdict(prometheus: str | None, sd_dir: str | None, job: str) -> str:
@@ -64,11 +136,14 @@ def run(args: argparse.Namespace) -> int:
     folder = Path(args.png).parent
     if not folder.is_dir():
         raise SystemExit(f"dpobs report: --png {args.png}: no directory {folder}")
+    if args.at is not None and not args.prometheus:
+        raise SystemExit("dpobs report: --at needs --prometheus URL (the cluster view of "
+                         "--sd-dir reads only the processes still running)")
     if args.sd_dir and not Path(args.sd_dir).is_dir():
         raise SystemExit(f"dpobs report: --sd-dir {args.sd_dir}: no such directory (the "
                          "DPOBS_SD_DIR the job's processes register in)")
     try:
-        shown = build(args.prometheus, args.sd_dir, args.job)
+        shown = build(args.prometheus, args.sd_dir, args.job, args.at)
         write(shown, args.png)
     except PrometheusError as e:
         raise SystemExit(f"dpobs report: --prometheus {args.prometheus}: {e}") from None
