@@ -187,8 +187,7 @@ def verdict_line(res: Result, stack: Stack | None, cfg: Config) -> str:
 def report(res: Result, stack: Stack | None, cfg: Config) -> str:
     if cfg.backend == "ray":  # the Ray truth has its own shape: the rules' verdict only
         head = [verdict_line(res, stack, cfg)] if stack is not None else []
-        return "
-".join(head + [ray_report.report(res, cfg, stack)])
+        return "\n".join(head + [ray_report.report(res, cfg, stack)])
     keys = [k for k in res.info if k[0] != cfg.unmeasured]  # dpobs's numbers: theirs only
     total = merge(res.total(k) for k in keys)
     measured = merge(res.truth[k] for k in keys)
