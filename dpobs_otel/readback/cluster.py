@@ -7,8 +7,10 @@
 Each call reads every process's cumulative counters (sources.py: at the call, from the
 file_sd directory's endpoints; or the latest raw samples in Prometheus) and differences them
 against the previous call's, process by process (`delta`). The keys mirror
-tel.step_metrics() (stepmetrics.py) under `dpobs/cluster/`: step_s, steps, data_plane_s,
-frac_of_step (from the sums, absent without a completed step), busy_s and exposed_s (the
+tel.step_metrics() (stepmetrics.py) under `dpobs/cluster/`: step_s, steps, data_plane_s
+(every process's op seconds and Ray data seconds), frac_of_step (the data-plane seconds of
+the processes that step over their step time; absent without a completed step), ray/<op>/
+{seconds, calls, errors, mb, data_s, share}, busy_s and exposed_s (the
 processes' busy and exposed counters, summed) with busy_frac and exposed_frac (the sums over
 step time, absent like frac_of_step) and exposed_frac_max (the most stalled process), op/<op>/{seconds, calls,
 errors, mb, share}, codec/<stage>_s, instrumentation_s and _frac, outstanding_mb (the
@@ -69,7 +71,8 @@ def delta(prev: ProcessTotals | None, now: ProcessTotals) -> ProcessTotals:
         return now
     guard = None if now.guard is None else _sub(now.guard, prev.guard or {})
     return replace(now, ops=_ops_delta(prev.ops, now.ops),
-                   ray_ops=_ops_delta(prev.ray_ops, now.ray_ops), steps=now.steps - prev.steps,
+                   ray_ops=_ops_delta(prev.ray_ops, now.ray_ops),
+                   ray_data=_sub(now.ray_data, prev.ray_data), steps=now.steps - prev.steps,
                    row_age_seconds=now.row_age_seconds - prev.row_age_seconds,
                    row_age_rows=now.row_age_rows - prev.row_age_rows,
                    step_seconds=now.step_seconds - prev.step_seconds,
@@ -204,13 +207,15 @@ def metrics(w: Window) -> dict[str, float]:
             acc = ops.setdefault(op, [0.0, 0.0, 0.0, 0.0])
             for i, v in enumerate((o.seconds, o.calls, o.errors, o.bytes)):
                 acc[i] += v
-    dp = sum(v[0] for v in ops.values())
+    dp = sum(v[0] for v in ops.values()) + sum(sum(d.ray_data.values()) for d in procs)
     out = {p + "step_s": step_s, p + "steps": sum(d.steps for d in procs),
            p + "data_plane_s": dp}
+    # A fraction of step over the processes that step: a worker without steps (verl's, on
+    # any plane) adds to the per-op accounts, never to the numerator (DESIGN.md)
+    stepping = [d for d in procs if d.step_seconds > 0]
     if step_s > 0:
-        out[p + "frac_of_step"] = dp / step_s
-    fracs = [sum(o.seconds for o in d.ops.values()) / d.step_seconds
-             for d in procs if d.step_seconds > 0]
+        out[p + "frac_of_step"] = sum(map(_data_plane_s, stepping)) / step_s
+    fracs = [_data_plane_s(d) / d.step_seconds for d in stepping]
     if fracs:
         out[p + "frac_of_step_max"] = max(fracs)
     out.update(_critical_path(procs, step_s))
@@ -237,14 +242,23 @@ def metrics(w: Window) -> dict[str, float]:
     return out
 
 
+def _data_plane_s(d: ProcessTotals) -> float:
+    """A process's data-plane seconds: its ops' and its Ray ops' data time."""
+    return sum(o.seconds for o in d.ops.values()) + sum(d.ray_data.values())
+
+
 def _ray_into(out: dict, p: str, procs: list[ProcessTotals]) -> None:
-    """ray/<op>/{seconds,calls,errors,mb}: Ray's ops apart from the data plane's."""
+    """ray/<op>/{seconds,calls,errors,mb}: Ray's ops, whole; ray/<op>/{data_s,share}: their
+    data time and its share of the data plane's (as tel.step_metrics() says them)."""
     for d in procs:
         for op, o in d.ray_ops.items():
             q = f"{p}ray/{op}/"
             for key, v in (("seconds", o.seconds), ("calls", o.calls), ("errors", o.errors),
-                           ("mb", o.bytes / MB)):
+                           ("mb", o.bytes / MB), ("data_s", d.ray_data.get(op, 0.0))):
                 out[q + key] = out.get(q + key, 0.0) + v
+    dp = out[p + "data_plane_s"]
+    for key in [k for k in out if k.startswith(p + "ray/") and k.endswith("/data_s")]:
+        out[key[:-len("data_s")] + "share"] = out[key] / dp if dp > 0 else 0.0
 
 
 def _row_age_into(out: dict, p: str, procs: list[ProcessTotals]) -> None:

@@ -91,8 +91,10 @@ class OpTotals:
 @dataclass
 class ProcessTotals:
     ops: dict[str, OpTotals] = field(default_factory=dict)
-    # Ray's ops (names.RAY_OPS): their own account, never data-plane time (DESIGN.md)
+    # Ray's ops (names.RAY_OPS): their own account; only their data time, by op, is
+    # data-plane time (DESIGN.md "Moving data versus waiting (Ray)")
     ray_ops: dict[str, OpTotals] = field(default_factory=dict)
+    ray_data: dict[str, float] = field(default_factory=dict)
     steps: float = 0.0
     step_seconds: float = 0.0
     busy_seconds: float = 0.0  # DESIGN.md "Time on the critical path"
@@ -227,6 +229,8 @@ def totals_from_samples(samples, timestamp: float = 0.0) -> ProcessTotals:
                 o.write_bytes += value
         elif name in _STEP:
             setattr(t, _STEP[name], getattr(t, _STEP[name]) + value)
+        elif name == names.RAY_DATA_SERIES:
+            _add(t.ray_data, labels.get("op", ""), value)
         elif name == names.CODEC_DURATION_SERIES + "_sum":
             _add(t.codec_seconds, labels.get("stage", ""), value)
         elif name == names.INSTR_TIME_SERIES:

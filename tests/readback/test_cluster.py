@@ -333,3 +333,30 @@ def test_demo_logs_a_cluster_dict_every_step(sd):
     for op, d in measured["ops"].items():
         assert sum(x.get(f"{P}op/{op}/calls", 0) for x in lines) == len(d), op
     assert all(x[P + "processes"] == 4 for x in lines)
+
+
+def test_ray_data_time_joins_the_data_plane_and_only_stepping_processes_make_a_fraction():
+    """A verl-shaped window: the driver steps (10 s), waits 9 s in a get whose data part is
+    0.2 s, and puts for 0.1 s; a worker without steps reads its arguments (0.3 s of data) and
+    gets from TransferQueue (2 s). data_plane_s holds every process's data seconds; the
+    fraction of step holds only the driver's (0.3 / 10), never the worker's."""
+    from dpobs_otel.readback.scrape import OpTotals, ProcessTotals
+    driver = ProcessTotals(ray_ops={"ray_get": OpTotals(calls=1, seconds=9.2),
+                                    "ray_put": OpTotals(calls=1, seconds=0.1)},
+                           ray_data={"ray_get": 0.2, "ray_put": 0.1}, steps=1,
+                           step_seconds=10.0)
+    worker = ProcessTotals(ops={"get": OpTotals(calls=4, seconds=2.0)},
+                           ray_ops={"ray_args": OpTotals(calls=1, seconds=0.3)},
+                           ray_data={"ray_args": 0.3})
+    w = cluster.Window({("j", "", "h:1", "driver", "0"): ({"role": "driver"}, driver),
+                        ("j", "", "h:2", "worker", "0"): ({"role": "worker"}, worker)})
+    got = cluster.metrics(w)
+    p = cluster.PREFIX
+    assert got[p + "data_plane_s"] == pytest.approx(2.6)
+    assert got[p + "frac_of_step"] == pytest.approx(0.03)
+    assert got[p + "frac_of_step_max"] == pytest.approx(0.03)
+    assert got[p + "ray/ray_get/seconds"] == pytest.approx(9.2)  # the whole get, apart
+    assert got[p + "ray/ray_get/data_s"] == pytest.approx(0.2)
+    assert got[p + "ray/ray_get/share"] == pytest.approx(0.2 / 2.6)
+    assert got[p + "ray/ray_args/data_s"] == pytest.approx(0.3)
+    assert got[p + "op/get/share"] == pytest.approx(2.0 / 2.6)
