@@ -52,10 +52,14 @@ def difference(old: scrape.ProcessTotals | None, new: scrape.ProcessTotals,
     d = cluster.delta(old, new)
     per = 1.0 / span_s if span_s > 0 else 0.0
     guard = d.guard or {}
-    return Rates(span_s, sum(o.seconds for o in d.ops.values()) * per, d.step_seconds * per,
+    # A Ray op's data time is its data-plane seconds (never its wait for a producer)
+    seconds = {**{op: o.seconds for op, o in d.ops.items()}, **d.ray_data}
+    calls = {**{op: o.calls for op, o in d.ops.items()},
+             **{op: d.ray_ops[op].calls for op in d.ray_data if op in d.ray_ops}}
+    return Rates(span_s, sum(seconds.values()) * per, d.step_seconds * per,
                  d.busy_seconds * per, d.exposed_seconds * per,
-                 {op: o.calls * per for op, o in d.ops.items()},
-                 {op: o.seconds * per for op, o in d.ops.items()},
+                 {op: c * per for op, c in calls.items()},
+                 {op: v * per for op, v in seconds.items()},
                  {op: {le: c * per for le, c in o.buckets.items()} for op, o in d.ops.items()},
                  sum(o.read_bytes for o in d.ops.values()) * per,
                  sum(o.write_bytes for o in d.ops.values()) * per,
@@ -145,7 +149,8 @@ class DirectSource:
             exposed = [p.exposed_frac for p in mine if p.exposed_frac is not None]
             up = [t for t, res in got.items()
                   if t.label("job") == name and not isinstance(res, Exception)]
-            j = Job(job=name, frac_of_step=_ratio(sum(r.dp_s for r in rs),
+            # over the processes that step: a worker without steps is never in a numerator
+            j = Job(job=name, frac_of_step=_ratio(sum(r.dp_s for r in rs if r.step_s > 0),
                                                   sum(r.step_s for r in rs)),
                     max_frac_of_step=max(fracs) if fracs else None,
                     busy_frac=_ratio(sum(r.busy_s for r in rs), sum(r.step_s for r in rs)),

@@ -106,3 +106,21 @@ def _held(stack, start: float, end: float) -> dict:
     return {(r["metric"]["op"], r["metric"].get("method", "")): {float(v) for _, v in
                                                                   r["values"]}
             for r in rows}
+
+
+def test_a_ray_process_s_data_time_is_its_data_plane_time_in_the_direct_view():
+    """`dpobs top --sd-dir`: a Ray driver that waited 9 s in its gets and spent 0.2 s
+    moving data reads 0.2 s of data plane a 10 s step (2%), never the wait; a worker
+    without steps adds its data time to the ops, never to the job's numerator."""
+    from dpobs_otel.readback.scrape import OpTotals, ProcessTotals
+    from dpobs_otel.top import direct
+    driver = ProcessTotals(ray_ops={"ray_get": OpTotals(calls=2, seconds=9.2)},
+                           ray_data={"ray_get": 0.2}, steps=1, step_seconds=10.0)
+    worker = ProcessTotals(ray_ops={"ray_args": OpTotals(calls=2, seconds=0.5)},
+                           ray_data={"ray_args": 0.5})
+    r = direct.difference(None, driver, 10.0)
+    assert r.dp_s / r.step_s == pytest.approx(0.02)  # per second: 0.02 of 1.0
+    assert r.seconds == {"ray_get": pytest.approx(0.02)}
+    assert r.calls == {"ray_get": pytest.approx(0.2)}
+    w = direct.difference(None, worker, 10.0)
+    assert w.dp_s == pytest.approx(0.05) and w.step_s == 0
