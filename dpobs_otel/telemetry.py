@@ -39,7 +39,8 @@ def _views() -> list[View]:
             hist(names.STEP_DURATION, names.STEP_BUCKETS),
             hist(names.ROW_AGE, names.OP_BUCKETS),
             hist(names.WEIGHTS_SYNC_DURATION, names.WEIGHT_SYNC_BUCKETS),
-            hist(names.RAY_SERIALIZATION, names.OP_BUCKETS)]
+            hist(names.RAY_SERIALIZATION, names.OP_BUCKETS),
+            hist(names.RAY_FETCH, names.OP_BUCKETS)]
 
 
 class Telemetry(TelemetryInterface):

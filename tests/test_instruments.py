@@ -77,3 +77,14 @@ def test_create_takes_a_callback_for_observables_only():
         instruments.create(meter, names.KEYS)
     with pytest.raises(ValueError):
         instruments.create(meter, names.OP_DURATION, lambda: [], lambda exc: None)
+
+
+def test_every_histogram_has_a_view_with_fixed_bounds():
+    """A histogram without its View gets the SDK's default buckets: they add across
+    processes with no one else's, and the bulk records (shims/otel_histogram.py) find bounds
+    they were not built for and fall back, counted as a dpobs failure in every process (Ray's
+    fetch histogram had none)."""
+    from dpobs_otel import telemetry
+    viewed = {v._instrument_name for v in telemetry._views()}
+    histograms = {row.name for row in names.INSTRUMENTS.values() if row.kind == names.HISTOGRAM}
+    assert histograms <= viewed, sorted(histograms - viewed)
