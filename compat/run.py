@@ -74,7 +74,8 @@ LOOPBACK = ["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$0" "$@"
 ADAPTER = ["tests/adapters/transferqueue"]
 GROUPS = {  # --checks' names
     # Sizing, row age, the guard's kernels and hooks (torch, tensordict, numpy, msgpack),
-    # the OpenTelemetry SDK under the instruments, the expositions and the tracer, the
+    # the OpenTelemetry SDK under the instruments (its cardinality limit and the series per
+    # endpoint too), the expositions and the tracer, the
     # critical path's asyncio and thread shapes (Python), the stores; test_network proves
     # the cell's own run is loopback-only. (The protobuf runtime the exposition tests decode
     # with comes with Ray, which every cell has through TransferQueue.)
@@ -87,6 +88,7 @@ GROUPS = {  # --checks' names
                    "tests/test_facade.py", "tests/exporters/test_http.py",
                    "tests/exporters/test_protobuf.py", "tests/readback/test_native.py",
                    "tests/readback/test_cluster_quantiles.py", "tests/tracing/test_hooks.py",
+                   "tests/test_labels.py", "tests/test_series_budget.py",
                    "tests/guard", "tests/cuda", "tests/stores"],
     # The TransferQueue adapter's live tests with the installed release's own e2e tests, and
     # the switch matrix and test_invisible (the program's results with dpobs on and off,
@@ -113,7 +115,8 @@ NOT_VERSIONED = {
          "dpobs_otel/testing/step_worker.py", "dpobs_otel/testing/cluster_workload.py"],
     "a Prometheus, an agent or a receiver reading what the exposition the core group checks "
     "per cell serves: the binaries' behaviour, not the libraries'":
-        ["tests/agent", "tests/exporters/test_native_live.py", "tests/readback/test_scrape.py"],
+        ["tests/agent", "tests/exporters/test_native_live.py", "tests/readback/test_scrape.py",
+         "tests/doctor/test_doctor_live.py", "tests/report/test_report_ended.py"],
     "what a cell cannot import: OTLP's proto (the otlp extra, which no cell installs) and "
     "tomllib (Python 3.11, and the roll cell runs 3.10); a collection error would stop the "
     "cell's whole pass. The adapters' own modules check dpobs's start per cell":

@@ -187,8 +187,8 @@ def test_every_module_that_imports_a_versioned_library_is_in_a_cell_or_says_why_
         elif (path.name.startswith("test_") and not under(path, exempt)
               and ({n.split(".")[0] for n in names} & VERSIONED or names & direct)):
             unlisted.append(str(path.relative_to(ROOT)))
-    assert unlisted == [], "test modules that import a versioned library, in no cell's " \
-        "selection (compat/run.py GROUPS) and not in NOT_VERSIONED"
+    assert unlisted == [], f"test modules that import a versioned library, in no cell's " \
+        f"selection (compat/run.py GROUPS) and not in NOT_VERSIONED: {unlisted}"
     reached, todo = set(), [n for n in roots if n in pkg]
     while todo:
         name = todo.pop()

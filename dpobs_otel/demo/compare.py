@@ -94,10 +94,7 @@ def measure(stack: Stack, cfg: Config, err=None) -> dict:
                 "p50 ms": (_q(one, sel, "0.5"), 1e3 * quantile(d, 0.5)),
                 "p99 ms": (_q(one, sel, "0.99"), 1e3 * quantile(d, 0.99)),
                 "bytes/call": (one(_bytes_per_call(sel)), nbytes / len(d)),
-                # Ray's: of every process's data time (the workers' arguments and returns
-                # too), which the driver's timers cannot give: no truth beside it
-                "share": (recorded.get(op, float("nan")),
-                          None if cfg.backend == "ray" else shares.get(op, 0.0)),
+                "share": (recorded.get(op, float("nan")), _truth_share(cfg, shares, op)),
             }
         roles, whole = {}, {"share": op_shares(counted), "roles": {}}
         for role in sorted({r for r, _ in res.truth}):
@@ -126,6 +123,13 @@ def measure(stack: Stack, cfg: Config, err=None) -> dict:
             "own": own, "guard": guard, "quantiles": _source(one, job),
             "with_warmup": whole, "samples": samples, "share_sum": share_sum,
             "store": account}
+
+
+def _truth_share(cfg: Config, shares: dict, op: str) -> float | None:
+    """The op's share of the truth's data-plane time; none for Ray's, whose rule is of every
+    process's data time (the workers' arguments and returns too), which the driver's own
+    timers cannot give."""
+    return None if cfg.backend == "ray" else shares.get(op, 0.0)
 
 
 def _store(stack: Stack, job: str) -> dict[tuple[str, str], float]:

@@ -181,7 +181,7 @@ def headline(res, stack) -> list[str]:
     remote = metric_moved(res.scraped, nm.RAY_REMOTE_LOCALITY)
     unknown = metric_moved(res.scraped, nm.RAY_UNKNOWN)
     lines.append("\nBytes that crossed nodes, every step (truth: Ray's object locations read "
-                 "before each op; metrics: dpobs_ray_moved_bytes_total by locality; a worker "
+                 f"before each op; metrics: {nm.RAY_MOVED_SERIES} by locality; a worker "
                  "cannot tell where an argument passed by ref was: unknown)")
     lines.append(f"  {'role':<9}{'op':<11}{'method':<28}{'MB':>9}{'remote':>9}{'unknown':>9}")
     for key in sorted(set(rows) | set(remote)):

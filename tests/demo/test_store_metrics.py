@@ -11,6 +11,7 @@ import importlib.util
 import pytest
 
 from dpobs_otel import names as nm
+from dpobs_otel.demo import command
 from dpobs_otel.demo import report as demo
 from dpobs_otel.demo import store_report
 from dpobs_otel.demo.batches import Config
@@ -32,7 +33,7 @@ live = pytest.mark.skipif(
 ])
 def test_the_store_flags_are_checked(argv, error):
     p = argparse.ArgumentParser()
-    demo.add_arguments(p)
+    command.add_arguments(p)
     with pytest.raises(SystemExit, match=error):
         demo.config(p.parse_args(argv))
 
@@ -43,7 +44,7 @@ def test_a_transferqueue_without_its_exporter_is_a_clear_error(monkeypatch):
         pytest.skip("needs transferqueue (the backend check comes first)")
     monkeypatch.setattr(store_report, "installed_release", lambda: (0, 1, 6))
     p = argparse.ArgumentParser()
-    demo.add_arguments(p)
+    command.add_arguments(p)
     with pytest.raises(SystemExit, match=r"needs TransferQueue >= 0\.1\.7"):
         demo.config(p.parse_args(["--backend", "transferqueue", "--store-metrics"]))
 

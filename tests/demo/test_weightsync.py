@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from dpobs_otel import names as nm
+from dpobs_otel.demo import command as demo_command
 from dpobs_otel.demo import report as demo
 from dpobs_otel.demo import weightsync as ws
 from dpobs_otel.demo.batches import Config
@@ -63,7 +64,7 @@ def test_a_flip_changes_one_element_of_one_tensor_and_the_replay_tells_why():
 ])
 def test_the_weight_flags_are_checked(argv, error):
     p = argparse.ArgumentParser()
-    demo.add_arguments(p)
+    demo_command.add_arguments(p)
     with pytest.raises(SystemExit, match=error):
         demo.config(p.parse_args(argv))
 

@@ -18,6 +18,7 @@ import torch
 import yaml
 
 import dpobs_otel as dpobs
+from dpobs_otel.demo import command
 from dpobs_otel.demo import report as demo
 from dpobs_otel.demo.progress import Progress
 from dpobs_otel.sizing import payload_nbytes
@@ -214,7 +215,7 @@ def test_truth_arithmetic():
 
 def test_compose_flags_parse():
     p = argparse.ArgumentParser()
-    demo.add_arguments(p)
+    command.add_arguments(p)
     args = p.parse_args("--stack off --sd-dir /sd --host 0.0.0.0 --advertise-host demo "
                         "--duration 0".split())
     cfg = demo.config(args)

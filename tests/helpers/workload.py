@@ -59,10 +59,14 @@ def exercise(tel) -> None:
 
 
 def _ray_ops(tel) -> None:
-    """What the Ray adapter records for a put (its account, without a Ray cluster)."""
+    """What the Ray adapter records for a put and a get of an object made on another node
+    (its account, without a Ray cluster: the NodeIDs are the ones Ray would name)."""
     from dpobs_otel.adapters.ray.meter import RayMeter
     meter = RayMeter(tel)
+    meter.where.node = "a" * 56
     meter.record(names.RAY_PUT, None, 0.002, 1, 4096, 0.0005, owned=bytes.fromhex("00aa"))
+    meter.record(names.RAY_GET, None, 0.01, 1, 4096, 0.0005, data=0.002,
+                 moved=((names.RAY_REMOTE_LOCALITY, 4096, "b" * 56),))
 
 
 @contextlib.contextmanager

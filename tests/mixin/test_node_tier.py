@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_rules import run, tool
+from helpers.binaries import run, tool
 
 from dpobs_otel import names as n
 from dpobs_otel.mixin import Config

@@ -5,12 +5,12 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
+from helpers.binaries import run, tool
 from helpers.promql import literal_comparisons
 
 from dpobs_otel import names
@@ -28,20 +28,6 @@ ALERTMANAGER_YML = ROOT / "deploy/alertmanager/alertmanager.yml"
 RUNBOOK = ROOT / "docs/runbook.md"
 LIVE_TEST = ROOT / "tests/exporters/test_native_live.py"
 SEVERITIES = {"critical", "warning", "info"}
-
-
-def tool(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        pytest.fail(f"{name} is not on PATH; install Prometheus/Alertmanager (see .ci/run)")
-    return path
-
-
-def run(*cmd: str | Path) -> str:
-    proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=120)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, f"{' '.join(map(str, cmd))} failed:\n{out}"
-    return out
 
 
 def rules(path: Path) -> list[dict]:

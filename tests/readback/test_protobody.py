@@ -102,10 +102,12 @@ def test_dropping_any_family_the_totals_read_changes_them(bodies):
     assert zero == {names.GUARD_MISMATCHED_SERIES, names.WEIGHTS_MISMATCHED_SERIES}  # none planted
     # The weights' mismatch counter at 0 still counts ("checked, none failed" is not "not
     # checked"); the weights' tensor counter is not read into the totals at all.
-    # Nor are Ray's serialization seconds and owned bytes (their ops' own counters are).
+    # Nor are Ray's serialization seconds, owned bytes, or where its bytes were (their ops'
+    # own counters are, and their data seconds).
     assert unchanged == (zero - {names.WEIGHTS_MISMATCHED_SERIES}) | {
         names.OP_DURATION_NATIVE_SERIES, names.ROWS_UNSTAMPED_SERIES, names.WEIGHTS_TENSORS_SERIES,
-        names.RAY_SERIALIZATION_SERIES, names.RAY_OWNED_SERIES}
+        names.RAY_SERIALIZATION_SERIES, names.RAY_OWNED_SERIES, names.RAY_MOVED_SERIES,
+        names.RAY_REMOTE_SERIES, names.RAY_FETCH_SERIES, names.RAY_NODE_SERIES}
     assert len(fams) > 20
 
 
