@@ -14,6 +14,7 @@ import sys
 
 from dpobs_otel import names as nm
 from dpobs_otel.demo import report as demo
+from dpobs_otel.demo.command import add_arguments
 from dpobs_otel.demo.logs import BackendLog, log_dir
 
 BYTES_REL = 0.01
@@ -45,7 +46,7 @@ def check(res) -> list[str]:
 
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser()
-    demo.add_arguments(p)
+    add_arguments(p)
     args = p.parse_args(["--backend", "transferqueue", "--steps", "30", "--stack", "off",
                          *argv])
     cfg = demo.config(args)

@@ -137,6 +137,12 @@ SWAP_OWN_E2E = ["tests/adapters/transferqueue/test_tq_own_e2e.py",
 # cores. A worker that dies ends the run at once (Makefile says why). A cell may run some of
 # its groups serially instead (`serial = [...]` in cells.toml, with its reason).
 WORKERS = int(os.environ.get("COMPAT_WORKERS", "4"))
+# Cells whose parallel checks run at once (and the swapped releases beside them): a cell's
+# pytest keeps about one of the two cores busy (`/usr/bin/time` of the verl-0.9 cell's: 375
+# CPU seconds in 388), so two fill the machine. The checks that compare clocks (`alone`, and
+# the demo's truth) wait for every lane and download to end, then run one at a time: QUIET.
+LANES = int(os.environ.get("COMPAT_LANES", "2"))
+QUIET = ("alone", "demo")
 SHOWN = ["torch", "tensordict", "transferqueue", "ray", "numpy", "opentelemetry-sdk",
          "opentelemetry-exporter-prometheus"]
 
@@ -359,13 +365,13 @@ def checks_for(name: str, spec: str | None) -> list[str] | None:
 
 
 def run_checks(name: str, python: str, ns: list[str], env: dict, only=None, serial=(),
-               beside=()) -> list[dict]:
-    """Each check of the cell in turn. The `alone` pass compares clocks and costs, so it
-    waits for `beside` (the next cell's virtualenv build, the downloads) to end first."""
+               quiet: bool = False) -> list[dict]:
+    """The cell's checks in turn: those that compare clocks (QUIET) if `quiet`, which the
+    caller runs with nothing beside them, else the others."""
     results = []
     for what, cmd in checks(python, only, serial):
-        if what == "alone":
-            concurrent.futures.wait([f for f in beside if f is not None])
+        if (what in QUIET) != quiet:
+            continue
         rc, secs, out = sh([*ns, *cmd], cwd=REPO, env=env, timeout=1500)
         rc = 0 if rc == 5 and what == "alone" else rc  # none of the chosen tests is alone
         summary = next((line for line in reversed(out.splitlines()) if line.strip()), "")
@@ -426,6 +432,32 @@ def swap_install(v: str):
     return v, target, rc, secs, out
 
 
+def swap_check(installing, ns: list[str], tests: list[str]) -> dict:
+    """A swapped TransferQueue release's tests in the suite's .venv: a summary row."""
+    v, target, rc, secs, out = installing.result()
+    t0 = time.monotonic()
+    if rc:
+        log(f"transferqueue {v}: install FAILED\n{out[-3000:]}")
+        results = [{"check": "install", "rc": rc, "s": 0.0}]
+    else:
+        env = cell_env(os.pathsep.join([str(target), str(REPO)]))
+        pytest = [str(SUITE_PY), "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                  "-o", "addopts=", "--slow-limit=0"]
+        rc2, s2, out2 = sh([*ns, *pytest, *tests], cwd=REPO, env=env, timeout=1500)
+        summary = next((ln for ln in reversed(out2.splitlines()) if ln.strip()), "")
+        log(f"transferqueue {v} (suite .venv): {'ok' if rc2 == 0 else 'FAILED'} in "
+            f"{s2:.0f} s - {summary[:150]}")
+        if rc2:
+            print(out2[-8000:], flush=True)
+        results = [{"check": "transferqueue", "rc": rc2, "s": s2,
+                    "tests": failures(out2) if rc2 else []}]
+    shutil.rmtree(target, ignore_errors=True)
+    vers = installed(SUITE_PY)
+    vers.update(transferqueue=v)
+    return {"name": f"tq-{v}", "versions": vers, "build_s": secs,
+            "run_s": time.monotonic() - t0, **outcome(results)}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", default=None, help="comma-separated cell names")
@@ -475,55 +507,48 @@ def main() -> int:
     swaps = [] if args.skip_swap else [net.submit(swap_install, v) for v in versions]
     swap_tests = SWAP_OWN_E2E if args.swap_tests == "own-e2e" else ADAPTER
 
-    with concurrent.futures.ThreadPoolExecutor(1) as builder:
-        pending = builder.submit(build, cells[0], extras, cache) if cells else None
-        for i, cell in enumerate(cells):
-            built = pending.result()
-            pending = (builder.submit(build, cells[i + 1], extras, cache)
-                       if i + 1 < len(cells) else None)
-            name = cell["name"]
-            how = "reused (its lock unchanged), the wheel reinstalled" if built["reused"] \
-                else "built"
-            log(f"{name}: virtualenv {how} in {built['build_s']:.0f} s "
-                f"{json.dumps(built['versions'])}")
-            t0 = time.monotonic()
-            if built["error"]:
-                log(f"{name}: BUILD FAILED\n{built['error']}")
-                results = [{"check": "build", "rc": 1, "s": 0.0}]
-            else:
-                results = run_checks(name, str(built["venv"] / "bin" / "python"), ns,
-                                     cell_env(), checks_for(name, args.checks),
-                                     cell.get("serial", ()),
-                                     beside=[pending, *swaps, *resolves])
-            if cache is None:  # several GB each (a PyPI torch is a CUDA build)
-                shutil.rmtree(built["venv"], ignore_errors=True)
-            rows.append({"name": name, "versions": built["versions"] or
-                         {"python": cell["python"]}, "build_s": built["build_s"],
-                         "run_s": time.monotonic() - t0, **outcome(results)})
+    ran = {}  # cell name -> (its build, its checks' results)
 
-    for future in swaps:
-        v, target, rc, secs, out = future.result()
-        t0 = time.monotonic()
-        if rc:
-            log(f"transferqueue {v}: install FAILED\n{out[-3000:]}")
-            results = [{"check": "install", "rc": rc, "s": 0.0}]
+    def busy(cell: dict, pending) -> None:
+        """A lane's turn at one cell: its virtualenv (built in order, one at a time, beside
+        the lanes), then its checks that do not compare clocks."""
+        built, name = pending.result(), cell["name"]
+        how = "reused (its lock unchanged), the wheel reinstalled" if built["reused"] \
+            else "built"
+        log(f"{name}: virtualenv {how} in {built['build_s']:.0f} s "
+            f"{json.dumps(built['versions'])}")
+        if built["error"]:
+            log(f"{name}: BUILD FAILED\n{built['error']}")
+            results = [{"check": "build", "rc": 1, "s": 0.0}]
         else:
-            env = cell_env(os.pathsep.join([str(target), str(REPO)]))
-            pytest = [str(SUITE_PY), "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                      "-o", "addopts=", "--slow-limit=0"]
-            rc2, s2, out2 = sh([*ns, *pytest, *swap_tests], cwd=REPO, env=env, timeout=1500)
-            summary = next((ln for ln in reversed(out2.splitlines()) if ln.strip()), "")
-            log(f"transferqueue {v} (suite .venv): {'ok' if rc2 == 0 else 'FAILED'} in "
-                f"{s2:.0f} s - {summary[:150]}")
-            if rc2:
-                print(out2[-8000:], flush=True)
-            results = [{"check": "transferqueue", "rc": rc2, "s": s2,
-                        "tests": failures(out2) if rc2 else []}]
-        shutil.rmtree(target, ignore_errors=True)
-        vers = installed(SUITE_PY)
-        vers.update(transferqueue=v)
-        rows.append({"name": f"tq-{v}", "versions": vers, "build_s": secs,
-                     "run_s": time.monotonic() - t0, **outcome(results)})
+            results = run_checks(name, str(built["venv"] / "bin" / "python"), ns,
+                                 cell_env(), checks_for(name, args.checks),
+                                 cell.get("serial", ()))
+        ran[name] = (built, results)
+
+    t_cells = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(1) as builder, \
+            concurrent.futures.ThreadPoolExecutor(LANES) as lanes:
+        builds = [builder.submit(build, cell, extras, cache) for cell in cells]
+        turns = [lanes.submit(busy, cell, b) for cell, b in zip(cells, builds)]
+        swapped = [lanes.submit(swap_check, f, ns, swap_tests) for f in swaps]
+        for turn in turns:
+            turn.result()
+        swap_rows = [f.result() for f in swapped]
+    concurrent.futures.wait(resolves)  # pip's downloads: nothing beside the quiet checks
+    for cell in cells:
+        built, results = ran[cell["name"]]
+        if not built["error"]:
+            results += run_checks(cell["name"], str(built["venv"] / "bin" / "python"), ns,
+                                  cell_env(), checks_for(cell["name"], args.checks),
+                                  cell.get("serial", ()), quiet=True)
+        if cache is None:  # several GB each (a PyPI torch is a CUDA build)
+            shutil.rmtree(built["venv"], ignore_errors=True)
+        rows.append({"name": cell["name"], "versions": built["versions"] or
+                     {"python": cell["python"]}, "build_s": built["build_s"],
+                     "run_s": sum(r["s"] for r in results), **outcome(results)})
+    rows += swap_rows
+    log(f"cells and swaps in {(time.monotonic() - t_cells) / 60:.1f} min, {LANES} at a time")
 
     rows += [future.result() for future in resolves]
     net.shutdown()

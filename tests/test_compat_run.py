@@ -6,7 +6,9 @@ from __future__ import annotations
 import ast
 import concurrent.futures
 import importlib.util
+import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -40,24 +42,51 @@ def test_checks_for_picks_a_cell_s_own_entry_first(run, spec, cell, want):
     assert run.checks_for(cell, spec) == want
 
 
-def test_the_alone_pass_waits_for_what_runs_beside_the_cell(run, monkeypatch):
-    """The next cell's virtualenv build (and the downloads) may still run during the
-    parallel pass, but must have ended before the `alone` pass, whose tests compare clocks."""
-    build = concurrent.futures.Future()
-    seen = []
+def test_the_quiet_checks_wait_for_every_lane_and_download_and_run_alone(
+        run, monkeypatch, tmp_path):
+    """Cells run their parallel checks LANES at a time; the checks that compare clocks
+    (`alone`, the demo's truth) start only once every lane and every download has ended,
+    each with nothing else running, and every cell still gets a row."""
+    lock, running, seen = threading.Lock(), set(), []
+
+    def busy_for(what, secs):
+        with lock:
+            seen.append((what, frozenset(running)))
+            running.add(what)
+        time.sleep(secs)
+        with lock:
+            running.discard(what)
 
     def sh(cmd, **kw):
-        seen.append((cmd[-1], build.done()))
-        if cmd[-1] == "parallel":  # the build ends a little after the parallel pass
-            threading.Timer(0.05, build.set_result, (None,)).start()
-        return 0, 0.0, "passed"
+        busy_for(cmd[-1], 0.1)
+        return 0, 0.1, "1 passed"
+
+    def resolve(r):
+        busy_for(f"resolve {r['name']}", 0.3)
+        return {"name": r["name"], "versions": {}, "build_s": 0.3, "run_s": 0.0, "ok": True,
+                "failed": []}
 
     monkeypatch.setattr(run, "sh", sh)
-    monkeypatch.setattr(run, "checks", lambda *a: [("core+guard", ["parallel"]),
-                                                   ("alone", ["alone"])])
-    results = run.run_checks("cell", "python", [], {}, beside=[build, None])
-    assert seen == [("parallel", False), ("alone", True)]
-    assert [r["rc"] for r in results] == [0, 0]
+    monkeypatch.setattr(run, "resolve", resolve)
+    monkeypatch.setattr(run, "checks", lambda python, only=None, serial=(): [
+        (what, [f"{python.split('/')[2]} {what}"]) for what in ("main", "alone", "demo")])
+    monkeypatch.setattr(run, "build", lambda cell, extras, cache=None: {
+        "venv": Path("/v") / cell["name"], "versions": {}, "build_s": 0.0, "error": None,
+        "reused": True})
+    monkeypatch.setattr(run, "wheel", lambda python: Path("dpobs_otel-0-py3-none-any.whl"))
+    monkeypatch.setattr(run, "loopback_only", lambda: [])
+    monkeypatch.setattr(run, "WORK", tmp_path)
+    monkeypatch.setattr(run, "LANES", 2)
+    monkeypatch.setattr(sys, "argv", ["run.py", "--only", "roll,floor,newest", "--skip-swap",
+                                      "--cache", str(tmp_path / "cache")])
+    assert run.main() == 0
+    order = [what for what, _ in seen]
+    quiet = [i for i, what in enumerate(order) if what.endswith(("alone", "demo"))]
+    assert len(quiet) == 6 and min(quiet) > max(i for i, w in enumerate(order)
+                                                 if w.endswith("main") or "resolve" in w)
+    assert all(not beside for what, beside in seen if what.endswith(("alone", "demo")))
+    assert any(any(b.endswith("main") for b in beside) for what, beside in seen
+               if what.endswith("main"))  # two lanes
 
 
 @pytest.mark.parametrize("serial, want", [
@@ -371,3 +400,15 @@ def test_the_lock_reads_the_wheel_s_requirements_and_the_interpreter(run, tmp_pa
     assert run.wheel_requires(whl) == ["torch>=2.9", 'ray<3,>=2.49; extra == "ray"']
     got = run.python_version(sys.executable)
     assert got.split()[0] == ".".join(map(str, sys.version_info[:3]))
+
+
+def test_the_demo_check_every_cell_runs_passes_on_the_suite_s_own_versions(tmp_path):
+    """compat/demo_check.py calls into the demo's modules by name; run it whole here, where a
+    renamed function fails make test instead of every cell of the landing matrix."""
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, str(ROOT / "compat" / "demo_check.py"),
+                          "--log-dir", str(tmp_path)], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "demo truth check ok" in out.stdout
