@@ -35,9 +35,10 @@ STORE = 100 * MIB
 SPILL_N = 12  # puts of 10 MiB: past node A's store, so the first is spilled
 
 
-@ray.remote(resources={"node_b": 0.01})
+@ray.remote
 class Producer:
-    """Pinned on node B by its resource: every object it returns is made there."""
+    """Pinned by a node's resource on the node the driver is not on (scenarios): every
+    object it returns is made there."""
     def make(self, n: int, delay: float = 0.0) -> bytes:
         time.sleep(delay)
         return bytes(range(256)) * (n // 256)
@@ -50,7 +51,7 @@ def cluster(info: Path) -> None:
     from ray.cluster_utils import Cluster
     c = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 1, "node_ip_address": "127.0.0.1", "object_store_memory": STORE,
-        "include_dashboard": False})
+        "include_dashboard": False, "resources": {"node_a": 4}})
     b = c.add_node(num_cpus=2, resources={"node_b": 4}, node_ip_address="127.0.0.1",
                    object_store_memory=STORE)
     c.wait_for_nodes()
@@ -78,10 +79,22 @@ def _scrape() -> list[dict]:
     return scrape_all(os.environ.get("DPOBS_SD_DIR"))
 
 
+def _elsewhere(here: str) -> tuple[str, str]:
+    """(the NodeID of the node this driver is not on, the resource that pins an actor
+    there). Both raylets are on 127.0.0.1: Ray 2.60 attaches a driver to the head, 2.49 to
+    either one."""
+    for node in ray.nodes():
+        if node["Alive"] and node["NodeID"] != here:
+            return node["NodeID"], next(r for r in node["Resources"] if r.startswith("node_"))
+    raise RuntimeError("the cluster has one node")
+
+
 def scenarios() -> dict:
-    out: dict = {"node": ray.get_runtime_context().get_node_id(), "steps": {}}
+    here = ray.get_runtime_context().get_node_id()
+    there, pin = _elsewhere(here)
+    out: dict = {"node": here, "there": there, "steps": {}}
     digest = hashlib.sha256()
-    producer = Producer.remote()
+    producer = Producer.options(resources={pin: 0.01}).remote()
     ray.get(producer.make.remote(256))  # the actor up on node B before anything is timed
 
     def step(name, fn):

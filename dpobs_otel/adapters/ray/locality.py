@@ -7,8 +7,11 @@ Before Ray's get runs, before() reads the core worker's own location table (no R
 1 us a ref): an object with a size or a node already exists, and where it is says its
 locality; one that does not exist yet gets ObjectRef._on_ready, which only notes the time
 (and where the object is then) on Ray's thread. after() turns that into the op's data time
-and its bytes by locality. Ray's private names are in shims/ray_private.py; on a Ray without
-them every object is `unknown` and a get's data time is its deserialization (said once).
+and its bytes by locality. Ray's private names are in shims/ray_private.py, and each
+missing one costs only what needs it (said once): on a Ray without the location table every
+object is `unknown` and a get's data time is its deserialization; on one without _on_ready
+(before 2.60) only an object not made yet when the get began is `unknown`, and such a get's
+data time is its deserialization (when it came to exist cannot be told).
 
 Locality of one object, from the location table:
     this node holds a copy, or this process pulled it before     local
@@ -41,12 +44,13 @@ _UNSET = object()
 class Look:
     """One get's view before Ray ran it: its start, each ref's (locality, size, from_node)
     or None while its object did not exist, and the times those came to exist."""
-    __slots__ = ("start", "refs", "places", "ready", "cancels")
+    __slots__ = ("start", "refs", "places", "ready", "cancels", "blind")
 
     def __init__(self, start, refs, places):
         self.start, self.refs, self.places = start, refs, places
         self.ready: list[float] = []
         self.cancels: list = []
+        self.blind = False  # an object was not made yet and this Ray cannot say when it is
 
 
 class Where:
@@ -56,6 +60,7 @@ class Where:
         self.node = ""  # this process's NodeID
         self._pulled: set[bytes] = set()
         self._ref_type = ()  # ObjectRef: the lookup is handed nothing else (it crashes)
+        self._waits = False  # Ray tells when an object not made yet comes to exist
 
     def _reader(self):
         read = self._read
@@ -63,7 +68,9 @@ class Where:
             if not ray_private.connected():  # its core worker not there yet: ask again
                 return None
             lacking = ray_private.locality_missing()
-            read = self._read = None if lacking else ray_private.locations_reader()
+            table, waits = ray_private.LOCALITY_NAMES
+            self._waits = waits not in lacking
+            read = self._read = None if table in lacking else ray_private.locations_reader()
             self._ref_type = ray_private.ref_type()
             self.node = ray_private.node_id()
             if lacking:
@@ -114,6 +121,10 @@ class Where:
         for ref in refs:
             loc = found.get(ref)
             if loc is not None and loc["object_size"] is None and not loc["node_ids"]:
+                if not self._waits:  # not made yet, and Ray will not say when it is
+                    places.append((UNKNOWN, 0, None))
+                    look.blind = True
+                    continue
                 places.append(None)  # not made yet: noted when it is
                 look.cancels.append(ray_private.on_ready(ref, self._noter(look)))
             else:
@@ -132,7 +143,9 @@ class Where:
         places = look.places
         if places is None:
             return deserialize_s, ((UNKNOWN, nbytes, None),)
-        if look.cancels:  # some object did not exist at the start: the tail only
+        if look.blind:
+            data = deserialize_s
+        elif look.cancels:  # some object did not exist at the start: the tail only
             data = self._tail(look, perf_counter(), len(look.cancels), deserialize_s)
             self._made(look)
         else:

@@ -21,10 +21,19 @@ from time import perf_counter, sleep
 
 from ... import instruments, names
 from ...shims.otel_histogram import ClassicRecord
+from ...shims import ray_private
 from ...shims.otel_sdk import BoundRecord
 from ...stats import OpStats
 from .locality import LOCAL, UNKNOWN, Where, fetch_locality
 from .methods import Methods
+
+# What a Ray lacking a locality name costs, by whether the location table is what it lacks.
+LACKING_COSTS = {
+    True: "every Ray op's locality is counted unknown and a get's data time as its "
+          "deserialization",
+    False: "an object not made yet when a get begins is counted unknown, and that get's "
+           "data time as its deserialization",
+}
 
 MB = 1e6
 PRUNE_EVERY = 4096  # puts held before the owned map is checked against Ray's references
@@ -95,8 +104,8 @@ class RayMeter:
         """Said once per process: this Ray cannot tell where objects were."""
         import logging
         logging.getLogger(__name__).warning(
-            "dpobs: this Ray lacks %s: Ray ops' locality is counted as unknown and a get's "
-            "data time as its deserialization", ", ".join(lacking))
+            "dpobs: this Ray lacks %s: %s", ", ".join(lacking), LACKING_COSTS[
+                ray_private.LOCALITY_NAMES[0] in lacking])
         self.tel.internal_error(names.COMPONENT_RAY_PRIVATE,
                                 RuntimeError(f"Ray lacks {', '.join(lacking)}"))
 

@@ -245,13 +245,15 @@ class _Ref:
         return self.ident
 
 
-def _where(monkeypatch, lacking=()):
+def _where(monkeypatch, lacking=(), table=None):
     from dpobs_otel.adapters.ray import locality
     from dpobs_otel.shims import ray_private
     said = []
     monkeypatch.setattr(ray_private, "connected", lambda: True)
     monkeypatch.setattr(ray_private, "locality_missing", lambda: list(lacking))
-    monkeypatch.setattr(ray_private, "locations_reader", lambda: lambda refs: {})
+    monkeypatch.setattr(ray_private, "locations_reader",
+                        lambda: lambda refs: {r: table[r.ident] for r in refs
+                                              if r.ident in (table or {})})
     monkeypatch.setattr(ray_private, "ref_type", lambda: _Ref)
     monkeypatch.setattr(ray_private, "node_id", lambda: "A")
     where = locality.Where(said.append)
@@ -291,11 +293,33 @@ def test_a_get_s_bytes_split_by_where_each_object_was():
 
 
 def test_a_ray_without_the_location_table_is_unknown_said_once(monkeypatch):
-    where, said = _where(monkeypatch, lacking=["ray.ObjectRef._on_ready"])
+    from dpobs_otel.shims.ray_private import LOCALITY_NAMES
+    made = {b"o": {"node_ids": ["B"], "object_size": 100, "did_spill": False}}
+    where, said = _where(monkeypatch, lacking=[LOCALITY_NAMES[0]], table=made)
     look = where.before(_Ref(b"o"))
     assert where.after(look, 0.5, 100, 0.01) == (0.01, ((names.RAY_UNKNOWN, 100, None),))
     where.before([_Ref(b"p")])
-    assert said == [["ray.ObjectRef._on_ready"]]
+    assert said == [[LOCALITY_NAMES[0]]]
+
+
+def test_a_ray_without_on_ready_places_what_exists_and_not_what_is_not_made(monkeypatch):
+    """Ray before 2.60 (no ObjectRef._on_ready): an object that existed when the get began
+    is placed and its get is all data time, as on 2.60; one not made yet is unknown, and its
+    get's data time is the deserialization (when it came to exist cannot be told)."""
+    from dpobs_otel.shims.ray_private import LOCALITY_NAMES
+    made = {b"o": {"node_ids": ["B"], "object_size": 100, "did_spill": False},
+            b"p": {"node_ids": [], "object_size": None, "did_spill": False}}
+    where, said = _where(monkeypatch, lacking=[LOCALITY_NAMES[1]], table=made)
+    look = where.before(_Ref(b"o"))
+    assert where.after(look, 0.5, 100, 0.01) == (0.5, ((names.RAY_REMOTE_LOCALITY, 100, "B"),))
+    look = where.before([_Ref(b"p")])
+    assert look.cancels == []  # nothing asked of Ray's (absent) callback
+    assert where.after(look, 0.5, 40, 0.01) == (0.01, ((names.RAY_UNKNOWN, 40, None),))
+    look = where.before([_Ref(b"p"), _Ref(b"o")])  # a list holding one of each
+    data, moved = where.after(look, 0.5, 140, 0.01)
+    assert data == 0.01 and sorted(m[0] for m in moved) == sorted(
+        [names.RAY_LOCAL, names.RAY_UNKNOWN])  # o pulled by the first get: local now
+    assert said == [[LOCALITY_NAMES[1]]]
 
 
 def test_a_get_that_waited_counts_from_its_last_object_s_existence(monkeypatch):

@@ -67,4 +67,8 @@ def test_a_ray_lacking_a_private_name_keeps_the_public_ops_counted(plain, tmp_pa
     calls = lacking["own"]["calls"]
     assert calls["ray_put"] == 1 and calls["ray_wait"] == 1 and calls["ray_get"] >= 4
     assert "ray_call" not in calls
-    assert lacking["own"]["lacking"] == 1 and lacking["own"]["errors"] == 0
+    # Once for the name taken away, and once more on a Ray before 2.60, which lacks what
+    # tells when an object is made (ObjectRef._on_ready: adapters/ray/locality.py).
+    import ray
+    said = 1 + (not hasattr(ray.ObjectRef, "_on_ready"))
+    assert lacking["own"]["lacking"] == said and lacking["own"]["errors"] == 0

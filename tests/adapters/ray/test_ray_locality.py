@@ -1,6 +1,8 @@
 """Ray's moving-data part and where its bytes were, on a live two-node Ray cluster on this
 machine (helpers/ray_locality.py: node A the head, node B a second raylet and object store,
 both on 127.0.0.1; one cluster for the module, three drivers on it: measured, plain, off).
+Each driver's own node is "node" in its answer, the other "there", where its producer runs:
+Ray 2.60 attaches a driver to the head, 2.49 to either raylet on the address.
 The truth is Ray's own get_object_locations before each get, the driver's clock around it
 and a digest of every value; dpobs's figures are the deltas of its own scrapes."""
 from __future__ import annotations
@@ -79,10 +81,11 @@ METHOD = "Producer.make"
 
 def test_an_object_made_on_another_node_is_remote_its_bytes_ray_s_size(measured, cluster):
     truth = measured["steps"]["remote"]["truth"]
-    assert truth["nodes"] == [cluster["b"]] and measured["node"] == cluster["a"]
+    assert {measured["node"], measured["there"]} == {cluster["a"], cluster["b"]}
+    assert truth["nodes"] == [measured["there"]] and measured["there"] != measured["node"]
     assert _get(measured, "remote", MOVED, method=METHOD, locality="remote") == truth["size"]
     assert _get(measured, "remote", MOVED, method=METHOD, locality="local") == 0
-    assert _get(measured, "remote", REMOTE, from_node=cluster["b"]) == truth["size"]
+    assert _get(measured, "remote", REMOTE, from_node=measured["there"]) == truth["size"]
     assert _get(measured, "remote", FETCH + "_count", locality="remote") == 1
 
 
@@ -93,40 +96,52 @@ def test_a_get_whose_producer_was_done_is_all_data_time(measured):
     assert data <= measured["steps"]["remote"]["truth"]["dt"]
 
 
-def test_the_same_object_got_twice_is_local_the_second_time(measured, cluster):
+def test_the_same_object_got_twice_is_local_the_second_time(measured):
     size = measured["steps"]["again"]["truth"]["size"]
-    assert cluster["a"] in measured["steps"]["again"]["truth"]["nodes"]
+    assert measured["node"] in measured["steps"]["again"]["truth"]["nodes"]
     assert _get(measured, "again", MOVED, method=METHOD, locality="local") == size
     assert _get(measured, "again", MOVED, method=METHOD, locality="remote") == 0
-    assert _get(measured, "again", REMOTE, from_node=cluster["b"]) == 0
+    assert _get(measured, "again", REMOTE, from_node=measured["there"]) == 0
 
 
-def test_a_get_that_waits_for_its_producer_counts_the_wait_out(measured, cluster):
+def _ray_says_when_an_object_is_made() -> bool:
+    """Ray 2.60's ObjectRef._on_ready. Before it (the nemo-rl cell's 2.49), an object not made
+    yet when a get begins is `unknown` and that get's data time its deserialization
+    (adapters/ray/locality.py); what existed before the get is placed as on 2.60."""
+    import ray
+    return hasattr(ray.ObjectRef, "_on_ready")
+
+
+def test_a_get_that_waits_for_its_producer_counts_the_wait_out(measured):
     truth = measured["steps"]["slow"]["truth"]
     data = _get(measured, "slow", DATA, method=METHOD)
     whole = _get(measured, "slow", WHOLE, method=METHOD)
     assert truth["dt"] >= 2.0 and whole >= 2.0  # the producer slept 2 s
     assert 0 < data < 0.25 * whole
-    assert _get(measured, "slow", MOVED, method=METHOD, locality="remote") == truth["size"]
-    assert _get(measured, "slow", REMOTE, from_node=cluster["b"]) == truth["size"]
+    told = _ray_says_when_an_object_is_made()
+    where, other = ("remote", "unknown") if told else ("unknown", "remote")
+    assert _get(measured, "slow", MOVED, method=METHOD, locality=where) == truth["size"]
+    assert _get(measured, "slow", MOVED, method=METHOD, locality=other) == 0
+    remote = _get(measured, "slow", REMOTE, from_node=measured["there"])
+    assert remote == (truth["size"] if told else 0)
 
 
-def test_a_get_of_objects_in_two_places_splits_their_bytes(measured, cluster):
+def test_a_get_of_objects_in_two_places_splits_their_bytes(measured):
     truth = measured["steps"]["mixed"]["truth"]
-    assert truth["there"]["nodes"] == [cluster["b"]]
+    assert truth["there"]["nodes"] == [measured["there"]]
     assert _get(measured, "mixed", MOVED, locality="local") + _get(
         measured, "mixed", MOVED, method="mixed", locality="local") == truth["here"]["size"]
-    remote = _get(measured, "mixed", REMOTE, from_node=cluster["b"])
+    remote = _get(measured, "mixed", REMOTE, from_node=measured["there"])
     assert remote == truth["there"]["size"]
     assert _get(measured, "mixed", FETCH + "_count", locality="mixed") == 1
 
 
-def test_a_worker_s_argument_by_ref_is_unknown_by_value_local(measured, cluster):
+def test_a_worker_s_argument_by_ref_is_unknown_by_value_local(measured):
     """Ray's core fetches an argument passed by ref before any hook, and the worker's own
     table knows only its id: its bytes are Ray's size, its locality unknown (only Ray's task
     events tell; not read). One passed by value travels in the task: local."""
     truth = measured["steps"]["argument"]["truth"]
-    assert truth["nodes"] == [cluster["a"]]
+    assert truth["nodes"] == [measured["node"]]
 
     def args(step, method, locality):
         return _delta(measured, step, "Producer", MOVED, op=names.RAY_ARGS, method=method,
@@ -146,11 +161,11 @@ def test_a_spilled_object_is_restored_by_its_first_get_and_local_after(measured)
     assert _get(measured, "spilled", FETCH + "_count", locality="spilled") == 1
 
 
-def test_each_process_names_its_own_node(measured, cluster):
+def test_each_process_names_its_own_node(measured):
     after = measured["steps"]["argument"]["after"]
     nodes = {t["labels"]["role"]: sample(t["samples"], names.RAY_NODE_SERIES, None,
-                                         ray_node=cluster["a"] if t["labels"]["role"] ==
-                                         "driver" else cluster["b"])
+                                         ray_node=measured["node"] if t["labels"]["role"] ==
+                                         "driver" else measured["there"])
              for t in after if t["samples"]}
     assert nodes == {"driver": 1, "Producer": 1}
 
@@ -163,7 +178,8 @@ def test_a_step_s_data_plane_time_is_its_gets_data_part_never_the_wait(measured)
     assert 0 < waited["dpobs/data_plane_s"] < 0.25 * waited["get_s"]
     assert 0 < waited["dpobs/exposed_s"] <= waited["dpobs/data_plane_s"] + 1e-6
     assert waited["dpobs/busy_s"] == pytest.approx(waited["dpobs/exposed_s"], abs=1e-6)
-    assert waited["dpobs/ray/ray_get/share"] > 0.5
+    if _ray_says_when_an_object_is_made():  # else that get's data time is deserialization
+        assert waited["dpobs/ray/ray_get/share"] > 0.5
     for window in (waited, done):  # the window's call (its submission) and get
         assert window["dpobs/data_plane_s"] == pytest.approx(sum(
             v for k, v in window.items() if k.startswith("dpobs/ray/") and
