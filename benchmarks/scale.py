@@ -42,6 +42,7 @@ from pathlib import Path
 from dpobs_otel import names as n
 
 from dpobs_otel.readback.prometheus import PrometheusError
+from dpobs_otel.testing import series_mix
 from dpobs_otel.testing.prometheus import Agent, Central, rule_files
 
 JOB = "dpobs-scale"
@@ -50,91 +51,30 @@ AGENTS = 4
 
 
 # -- the endpoint host (this file run with --host) --------------------------------------------
-# The stated mix, every 16 endpoints (a Ray job's processes, the kinds of
-# docs/development/scaling.md "Series per endpoint", which tests/test_series_budget.py holds
-# to a budget): one Ray driver, eight Ray workers, three data-plane clients, one with row
-# age, one weight sender (the trainer) and two receivers. (kind, role, dpobs.start settings)
-MIX = ([("ray driver", "driver", {})] + [("ray worker", "worker", {})] * 8
-       + [("data-plane client", "rollout", {})] * 3
-       + [("data-plane client, row age", "rollout", {"row_age": True})]
-       + [("weight sender", "trainer", {})] + [("weight receiver", "rollout", {})] * 2)
-METHODS = 8  # the Ray kinds' distinct methods, as tests/test_series_budget.py
-
-
-def _data_plane(tel, client, step: int) -> None:
-    """One step of every store op, and a get that fails (one exception class)."""
-    import torch
-    from tensordict import TensorDict
-    ids = [f"{step}-{i}" for i in range(8)]
-    with tel.step():
-        client.put_samples(ids, "p", TensorDict({"obs": torch.ones(8, 64)}, batch_size=[8]))
-        client.get_samples(ids, "p")
-        client.get_data(ids, "p")
-        client.list_sample_ids("p")
-        client.clear_samples(ids, "p")
-        try:
-            client.get_samples(ids, "p")
-        except Exception:  # noqa: BLE001 - cleared rows: the failing get of the mix
-            pass
-
-
-def _ray_driver(tel, meter, step: int) -> None:
-    from dpobs_otel import names
-    with tel.step():
-        meter.record(names.RAY_PUT, None, 0.001, 1, 1000, 0.0001)
-        meter.record(names.RAY_WAIT, None, 0.001, 1)
-        for m in range(METHODS):
-            meter.record(names.RAY_CALL, f"Worker.m{m}", 0.001, 1, 100, 0.0001)
-            meter.record(names.RAY_GET, f"Worker.m{m}", 0.01, 1, 1000, 0.0001)
-    if step == 0:
-        meter.record(names.RAY_GET, "Worker.m0", 0.01, 1, 0,
-                               error="RayTaskError(ValueError)")
-
-
-def _ray_worker(tel, meter, step: int) -> None:
-    from dpobs_otel import names
-    for m in range(METHODS):  # workers have no steps
-        meter.record(names.RAY_ARGS, f"Worker.m{m}", 0.001, 1, 100, 0.0001)
-        meter.record(names.RAY_RETURN, f"Worker.m{m}", 0.001, 1, 1000, 0.0001)
-
-
-def _weights(side: str):
-    def step_once(tel, _, step: int) -> None:
-        with tel.step(), tel.weights.sync(step, side):
-            pass
-    return step_once
-
-
-STEPS = {"ray driver": _ray_driver, "ray worker": _ray_worker,
-         "data-plane client": _data_plane, "data-plane client, row age": _data_plane,
-         "weight sender": _weights("send"), "weight receiver": _weights("receive")}
+# The stated mix (dpobs_otel/testing/series_mix.py, which tests/test_series_budget.py holds to
+# a budget), each kind's endpoint one step of its kind every --step-s.
 
 
 def host(sd_dir: str, count: int, step_s: float, first_rank: int) -> None:
     import dpobs_otel as dpobs
-    from dpobs_otel.adapters.ray.meter import RayMeter
 
     def loop(tel, kind: str, ctx, phase: float):
         time.sleep(phase)  # spread the endpoints' steps over the period
         step = 0
         while True:
             t0 = time.monotonic()
-            STEPS[kind](tel, ctx, step)
+            series_mix.STEP[kind](tel, ctx, step)
             step += 1
             time.sleep(max(0.0, step_s - (time.monotonic() - t0)))
 
+    mix = series_mix.MIX
     for i in range(count):
         rank = first_rank + i
-        kind, role, settings = MIX[rank % len(MIX)]
-        tel = dpobs.start(role=role, rank=rank, job=JOB, sd_dir=sd_dir, **settings)
-        ctx = None  # what the kind's step needs: its store client or its Ray meter
-        if kind.startswith("data-plane"):
-            ctx = tel.instrument(dpobs.InMemoryDataPlane())
-            ctx.register_partition("p")
-        elif kind.startswith("ray"):
-            ctx = RayMeter(tel)
-        threading.Thread(target=loop, args=(tel, kind, ctx, step_s * i / count),
-                         daemon=True).start()
+        kind, role = mix[rank % len(mix)]
+        tel = dpobs.start(role=role, rank=rank, job=JOB, sd_dir=sd_dir,
+                          **series_mix.SETTINGS[kind])
+        threading.Thread(target=loop, args=(tel, kind, series_mix.context(tel, kind),
+                                            step_s * i / count), daemon=True).start()
     print("ready", flush=True)
     sys.stdin.read()  # until the benchmark closes our stdin
 
@@ -270,6 +210,25 @@ def answers_apart(one: Central, two: Central) -> dict[str, tuple[float, int, str
     return out
 
 
+def per_cycle(groups: list[dict], interval: float) -> float:
+    """Rule evaluation seconds per `interval`: each group's last duration weighted by how
+    often it runs in one (a group on a longer interval than the cycle runs less than once)."""
+    return sum(g["evaluationTime"] * interval / g["interval"] for g in groups)
+
+
+def costliest_rules(samples: list[list[dict]], top: int = 8) -> list[tuple[float, str, str]]:
+    """(mean seconds per evaluation over the window's samples of the rules API, rule, its
+    group's interval) of the rules that took longest."""
+    seconds: dict[tuple[str, str], list[float]] = {}
+    for groups in samples:
+        for g in groups:
+            for r in g["rules"]:
+                q = r.get("labels", {}).get("quantile")
+                key = (r.get("name", "?") + (f" q={q}" if q else ""), f"{g['interval']:g}s")
+                seconds.setdefault(key, []).append(r["evaluationTime"])
+    return sorted(((statistics.mean(v), *k) for k, v in seconds.items()), reverse=True)[:top]
+
+
 # -- the run ------------------------------------------------------------------------------------
 class Hosts:
     def __init__(self, sd_dirs: list[str], step_s: float, per_host: int = PER_HOST):
@@ -401,7 +360,8 @@ def report(results: list[tuple[int, str, dict]], args) -> None:
     print(f"\nscrape/eval interval {args.interval}, step every {args.step_s}s per endpoint, "
           f"{AGENTS} forwarders per layout (agents; node-tier servers), window {args.window}s "
           f"after {args.settle}s settling; the mix of every 16 endpoints: "
-          + ", ".join(sorted({f"{sum(k == m[0] for m in MIX)} {k}" for k, _, _ in MIX})))
+          + ", ".join(sorted({f"{sum(k == m[0] for m in series_mix.MIX)} {k}"
+                             for k, _ in series_mix.MIX})))
     print("| figure | " + " | ".join(f"{s} {name}" for s, name in cols) + " |")
     print("|---|" + "---:|" * len(cols))
     for label, k, fmt in ROWS:
