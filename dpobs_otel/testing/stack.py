@@ -8,19 +8,17 @@ reaches only the demo, which then stops them after its final queries)."""
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import subprocess
 import tempfile
 import time
 import urllib.request
-from datetime import datetime
 from pathlib import Path
 
 import yaml
 
 from dpobs_otel.mixin.tree import default_servers, servers
-from dpobs_otel.readback.prometheus import Prometheus
+from dpobs_otel.readback.prometheus import Prometheus, timestamp
 from dpobs_otel.testing.prometheus import NATIVE_HISTOGRAMS_FLAG
 
 from .processes import Managed, die_with_parent, free_port
@@ -185,7 +183,7 @@ class Stack(Managed):
         deadline = time.monotonic() + timeout
         while True:
             done = {t["labels"].get("instance") for t in self.targets()
-                    if t["health"] == "up" and _ts(t["lastScrape"]) > after}
+                    if t["health"] == "up" and later_than(t["lastScrape"], after)}
             if want <= done:
                 return
             if time.monotonic() > deadline:
@@ -197,17 +195,14 @@ class Stack(Managed):
         deadline = time.monotonic() + timeout
         while True:
             groups = self.prom.rules()
-            if groups and all(_ts(g["lastEvaluation"]) > after for g in groups):
+            if groups and all(later_than(g["lastEvaluation"], after) for g in groups):
                 return
             if time.monotonic() > deadline:
                 raise StackError(f"rules not evaluated since {after}")
             time.sleep(0.2)
 
 
-def _ts(rfc3339: str) -> float:
-    """A Prometheus timestamp (RFC 3339, nanoseconds, any zone) as epoch seconds."""
-    m = re.fullmatch(r"(.+T[\d:]+)(\.\d+)?(Z|[+-][\d:]+)", rfc3339)
-    if m is None:
-        raise StackError(f"not an RFC 3339 timestamp: {rfc3339!r}")
-    zone = "+00:00" if m[3] == "Z" else m[3]
-    return datetime.fromisoformat(m[1] + zone).timestamp() + float(m[2] or 0)
+def later_than(rfc3339: str, after: float) -> bool:
+    """Whether an answer's time is later than `after` (the zero time, never, is not)."""
+    at = timestamp(rfc3339)
+    return at is not None and at > after

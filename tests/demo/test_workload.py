@@ -22,7 +22,7 @@ from dpobs_otel.demo import command
 from dpobs_otel.demo import report as demo
 from dpobs_otel.demo.progress import Progress
 from dpobs_otel.sizing import payload_nbytes
-from dpobs_otel.testing.stack import _ts, prometheus_config
+from dpobs_otel.testing.stack import later_than, prometheus_config
 from dpobs_otel.demo.critical import counters
 from dpobs_otel.demo.batches import (PARTITION, ROLE_OPS, Config, make_rows, pack, truth_nbytes,
                                      unpack)
@@ -235,9 +235,10 @@ def test_progress_without_a_terminal_prints_plain_lines():
     assert len(lines) == 2 and lines[1].startswith("[" + "#" * 27) and "9/10 steps" in lines[1]
 
 
-def test_prometheus_timestamps():
-    assert _ts("1970-01-01T00:00:01.5Z") == 1.5
-    assert _ts("1970-01-01T02:00:01+02:00") == 1.0
+def test_a_stack_waits_for_answers_later_than_its_mark():
+    assert later_than("1970-01-01T00:00:01.5Z", 1.4)
+    assert not later_than("1970-01-01T02:00:01+02:00", 1.0)  # 1.0 s: not later
+    assert not later_than("0001-01-01T00:00:00Z", -1e12)  # Prometheus's "never"
 
 
 def test_stack_config_points_the_deploy_config_at_this_machine(tmp_path):

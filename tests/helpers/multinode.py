@@ -17,7 +17,7 @@ import pytest
 
 from dpobs_otel.testing.netns import Netns, can_make_namespaces, link
 from dpobs_otel.testing.prometheus import Agent, Central, rule_files
-from dpobs_otel.testing.stack import _ts
+from dpobs_otel.testing.stack import later_than
 
 from . import IN_CI
 
@@ -124,7 +124,7 @@ class Cluster:
         """Whether every rule group of the central Prometheus has begun an evaluation since
         the wall-clock time `after` (the namespaces share this machine's clock)."""
         groups = self.central.rules()
-        return bool(groups) and all(_ts(g["lastEvaluation"]) > after for g in groups)
+        return bool(groups) and all(later_than(g["lastEvaluation"], after) for g in groups)
 
     def close(self) -> None:
         for p in self.procs:
