@@ -132,15 +132,16 @@ NOT_VERSIONED = {
 SWAP_OWN_E2E = ["tests/adapters/transferqueue/test_tq_own_e2e.py",
                 "tests/adapters/transferqueue/test_transferqueue_calls.py"]
 # A cell's pytest runs in parallel workers, a test module to a worker (its live cluster
-# started once), as `make test TEST_WORKERS=4` does (docs/development/testing.md): most of a
-# cell's time is waiting on Ray, TransferQueue and scrapes, which four workers overlap on 2
-# cores. A worker that dies ends the run at once (Makefile says why). A cell may run some of
-# its groups serially instead (`serial = [...]` in cells.toml, with its reason).
-WORKERS = int(os.environ.get("COMPAT_WORKERS", "4"))
-# Cells whose parallel checks run at once (and the swapped releases beside them): a cell's
-# pytest keeps about one of the two cores busy (`/usr/bin/time` of the verl-0.9 cell's: 375
-# CPU seconds in 388), so two fill the machine. The checks that compare clocks (`alone`, and
-# the demo's truth) wait for every lane and download to end, then run one at a time: QUIET.
+# started once), as `make test` does (docs/development/testing.md): most of a cell's time is
+# waiting on Ray, TransferQueue and scrapes, which the workers overlap on 2 cores. A worker
+# that dies ends the run at once (Makefile says why). A cell may run some of its groups
+# serially instead (`serial = [...]` in cells.toml, with its reason).
+# Two cells' parallel and serial checks run at once (LANES; the swapped releases in the same
+# lanes), three workers each: with four each, the load reached 12 and one driver did not
+# start its Ray in 90 s. The whole matrix took 41 minutes so against 56.5 one cell at a time
+# (compatibility.md). The checks that compare clocks (`alone`, and the demo's truth) wait for
+# every lane and download to end, then run one at a time: QUIET.
+WORKERS = int(os.environ.get("COMPAT_WORKERS", "3"))
 LANES = int(os.environ.get("COMPAT_LANES", "2"))
 QUIET = ("alone", "demo")
 SHOWN = ["torch", "tensordict", "transferqueue", "ray", "numpy", "opentelemetry-sdk",
