@@ -138,8 +138,8 @@ SWAP_OWN_E2E = ["tests/adapters/transferqueue/test_tq_own_e2e.py",
 # serially instead (`serial = [...]` in cells.toml, with its reason).
 # Two cells' parallel and serial checks run at once (LANES; the swapped releases in the same
 # lanes), three workers each: with four each, the load reached 12 and one driver did not
-# start its Ray in 90 s. The whole matrix took 41 minutes so against 56.5 one cell at a time
-# (compatibility.md). The checks that compare clocks (`alone`, and the demo's truth) wait for
+# start its Ray in 90 s. The whole matrix took 41.8 minutes that way, against 56.5 one cell
+# at a time (compatibility.md). The checks that compare clocks (`alone`, and the demo's truth) wait for
 # every lane and download to end, then run one at a time: QUIET.
 WORKERS = int(os.environ.get("COMPAT_WORKERS", "3"))
 LANES = int(os.environ.get("COMPAT_LANES", "2"))
