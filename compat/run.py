@@ -139,11 +139,14 @@ SWAP_OWN_E2E = ["tests/adapters/transferqueue/test_tq_own_e2e.py",
 # Two cells' parallel and serial checks run at once (LANES; the swapped releases in the same
 # lanes), three workers each: with four each, the load reached 12 and one driver did not
 # start its Ray in 90 s. The whole matrix took 41.8 minutes that way, against 56.5 one cell
-# at a time (compatibility.md). The checks that compare clocks (`alone`, and the demo's truth) wait for
-# every lane and download to end, then run one at a time: QUIET.
+# at a time (compatibility.md). The checks that compare clocks (`alone`, and the demo's
+# truth) wait for every lane and download to end, then run one at a time: QUIET.
 WORKERS = int(os.environ.get("COMPAT_WORKERS", "3"))
 LANES = int(os.environ.get("COMPAT_LANES", "2"))
 QUIET = ("alone", "demo")
+# Every pytest of the matrix: the 60 s limit is make test's to enforce (on this machine's own
+# run of these tests); a cell prints its slowest tests and leaves the verdict to their outcomes.
+PYTEST_OPTS = ["-q", "-p", "no:cacheprovider", "-o", "addopts=", "--slow-limit=0"]
 SHOWN = ["torch", "tensordict", "transferqueue", "ray", "numpy", "opentelemetry-sdk",
          "opentelemetry-exporter-prometheus"]
 
@@ -331,11 +334,8 @@ def checks(python: str, only=None, serial=()) -> list[tuple[str, list[str]]]:
               if all(have.get(lib, "-") != "-" for lib in NEEDS.get(g, ()))}
     chosen = [g for g in groups if only is None or g in only]
     # The venv's pytest script, not `python -m pytest`: that would put the checkout first on
-    # sys.path, and the tests must import dpobs_otel from the installed wheel. The 60 s limit
-    # is make test's to enforce (on this machine's own run of these tests); a cell prints its
-    # slowest tests and leaves the verdict to its tests' outcomes.
-    pytest = [str(Path(python).parent / "pytest"), "-q", "-p", "no:cacheprovider",
-              "-o", "addopts=", "--slow-limit=0"]
+    # sys.path, and the tests must import dpobs_otel from the installed wheel.
+    pytest = [str(Path(python).parent / "pytest"), *PYTEST_OPTS]
     out = []
     for picked, workers in (([g for g in chosen if g not in serial], WORKERS),
                            ([g for g in chosen if g in serial], 1)):
@@ -375,13 +375,17 @@ def run_checks(name: str, python: str, ns: list[str], env: dict, only=None, seri
             continue
         rc, secs, out = sh([*ns, *cmd], cwd=REPO, env=env, timeout=1500)
         rc = 0 if rc == 5 and what == "alone" else rc  # none of the chosen tests is alone
-        summary = next((line for line in reversed(out.splitlines()) if line.strip()), "")
         log(f"{name}: {what} {'ok' if rc == 0 else f'FAILED (exit {rc})'} in {secs:.0f} s"
-            f" - {summary[:150]}")
+            f" - {last_line(out)[:150]}")
         if rc:
             print(out[-8000:], flush=True)
         results.append({"check": what, "rc": rc, "s": secs, "tests": failures(out) if rc else []})
     return results
+
+
+def last_line(out: str) -> str:
+    """pytest's summary: the last line of its output that is not blank."""
+    return next((line for line in reversed(out.splitlines()) if line.strip()), "")
 
 
 def failures(out: str, most: int = 8) -> list[str]:
@@ -442,12 +446,10 @@ def swap_check(installing, ns: list[str], tests: list[str]) -> dict:
         results = [{"check": "install", "rc": rc, "s": 0.0}]
     else:
         env = cell_env(os.pathsep.join([str(target), str(REPO)]))
-        pytest = [str(SUITE_PY), "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                  "-o", "addopts=", "--slow-limit=0"]
-        rc2, s2, out2 = sh([*ns, *pytest, *tests], cwd=REPO, env=env, timeout=1500)
-        summary = next((ln for ln in reversed(out2.splitlines()) if ln.strip()), "")
+        rc2, s2, out2 = sh([*ns, str(SUITE_PY), "-m", "pytest", *PYTEST_OPTS, *tests],
+                           cwd=REPO, env=env, timeout=1500)
         log(f"transferqueue {v} (suite .venv): {'ok' if rc2 == 0 else 'FAILED'} in "
-            f"{s2:.0f} s - {summary[:150]}")
+            f"{s2:.0f} s - {last_line(out2)[:150]}")
         if rc2:
             print(out2[-8000:], flush=True)
         results = [{"check": "transferqueue", "rc": rc2, "s": s2,
